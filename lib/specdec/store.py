@@ -1,0 +1,234 @@
+"""The results store: tidy Parquet, one pair of files per cell, provenance on every row.
+
+Layout (fixed, resumable)::
+
+    data/results/<profile>/<cell_id>.runs.parquet     one row per timed repeat
+    data/results/<profile>/<cell_id>.tokens.parquet   one row per request (greedy outputs)
+
+A cell whose ``runs`` file exists with every row ``status == "ok"`` is done and
+is skipped on resume; a failed cell is stored as ``status == "failed"`` rows
+(with the error) and rerun on the next pass. Writes go to a temporary file in
+the same folder and are renamed into place, so a crash never leaves half a file.
+The tokens file is written before the runs file: a runs file implies its tokens.
+
+Schema ``runs`` (a row = one timed repeat of one cell):
+
+==========================  =====================================================
+profile, cell_id            campaign and fixed cell name
+config_hash                 hash of the cell's full configuration (profiles.config_hash)
+experiment_tags             experiments of the profile that include this cell
+method, draft               method name; draft model name or null
+num_speculative_tokens      K (0 for the baseline)
+batch_size, workload        requests per ``generate`` call; workload name
+temperature, max_tokens     sampling
+compilation                 compilation config as JSON ("default" when vLLM's own)
+repeat                      0-based index of the timed repeat (warm-ups are not stored)
+status, error               "ok" or "failed"; the exception text for failures
+wall_s                      seconds for the whole ``generate`` call
+num_requests                requests in the call (== batch_size)
+num_prompt_tokens           prompt tokens in the call
+num_output_tokens           generated tokens in the call
+output_tokens_per_s         num_output_tokens / wall_s
+tpot_ms                     ms per output token of one request: 1000*wall_s/(num_output_tokens/num_requests)
+spec_num_drafts             delta of vllm:spec_decode_num_drafts over the call
+spec_num_draft_tokens       delta of vllm:spec_decode_num_draft_tokens
+spec_num_accepted_tokens    delta of vllm:spec_decode_num_accepted_tokens
+spec_accepted_per_pos       delta of vllm:spec_decode_num_accepted_tokens_per_pos, by position
+peak_memory_bytes           peak device memory of the engine process (GPU) or RSS (CPU)
+kv_cache_bytes              KV cache size the engine allocated, where known
+engine_start_s              seconds to construct the engine (same for all rows of a group)
+provenance columns          see provenance.PROVENANCE_COLUMNS
+==========================  =====================================================
+
+Schema ``tokens`` (a row = one request of the first timed repeat): identity columns
+as above plus ``request_index``, ``prompt_id``, ``output_token_ids`` and provenance.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import paths
+from .provenance import PROVENANCE_COLUMNS
+
+
+class SchemaError(ValueError):
+    """A stored file does not match the documented schema."""
+
+
+_PROVENANCE_FIELDS = [
+    pa.field("vllm_version", pa.string()),
+    pa.field("vllm_package", pa.string()),
+    pa.field("torch_version", pa.string()),
+    pa.field("python_version", pa.string()),
+    pa.field("device_name", pa.string()),
+    pa.field("driver_version", pa.string()),
+    pa.field("cpu_model", pa.string()),
+    pa.field("hostname", pa.string()),
+    pa.field("git_commit", pa.string()),
+    pa.field("git_dirty", pa.bool_()),
+    pa.field("timestamp_utc", pa.string()),
+]
+assert tuple(f.name for f in _PROVENANCE_FIELDS) == PROVENANCE_COLUMNS
+
+_IDENTITY_FIELDS = [
+    pa.field("profile", pa.string()),
+    pa.field("cell_id", pa.string()),
+    pa.field("config_hash", pa.string()),
+    pa.field("experiment_tags", pa.list_(pa.string())),
+    pa.field("method", pa.string()),
+    pa.field("draft", pa.string()),
+    pa.field("num_speculative_tokens", pa.int64()),
+    pa.field("batch_size", pa.int64()),
+    pa.field("workload", pa.string()),
+    pa.field("temperature", pa.float64()),
+    pa.field("max_tokens", pa.int64()),
+    pa.field("compilation", pa.string()),
+]
+
+RUNS_SCHEMA = pa.schema(
+    _IDENTITY_FIELDS
+    + [
+        pa.field("repeat", pa.int64()),
+        pa.field("status", pa.string()),
+        pa.field("error", pa.string()),
+        pa.field("wall_s", pa.float64()),
+        pa.field("num_requests", pa.int64()),
+        pa.field("num_prompt_tokens", pa.int64()),
+        pa.field("num_output_tokens", pa.int64()),
+        pa.field("output_tokens_per_s", pa.float64()),
+        pa.field("tpot_ms", pa.float64()),
+        pa.field("spec_num_drafts", pa.int64()),
+        pa.field("spec_num_draft_tokens", pa.int64()),
+        pa.field("spec_num_accepted_tokens", pa.int64()),
+        pa.field("spec_accepted_per_pos", pa.list_(pa.int64())),
+        pa.field("peak_memory_bytes", pa.int64()),
+        pa.field("kv_cache_bytes", pa.int64()),
+        pa.field("engine_start_s", pa.float64()),
+    ]
+    + _PROVENANCE_FIELDS
+)
+
+TOKENS_SCHEMA = pa.schema(
+    _IDENTITY_FIELDS
+    + [
+        pa.field("request_index", pa.int64()),
+        pa.field("prompt_id", pa.string()),
+        pa.field("output_token_ids", pa.list_(pa.int64())),
+    ]
+    + _PROVENANCE_FIELDS
+)
+
+SCHEMAS = {"runs": RUNS_SCHEMA, "tokens": TOKENS_SCHEMA}
+
+
+def _table(rows: Sequence[Mapping], schema: pa.Schema) -> pa.Table:
+    missing = [f.name for f in schema if any(f.name not in r for r in rows)]
+    if missing:
+        raise SchemaError(f"rows lack column(s): {', '.join(missing)}")
+    extra = sorted({k for r in rows for k in r} - set(schema.names))
+    if extra:
+        raise SchemaError(f"rows have undocumented column(s): {', '.join(extra)}")
+    try:
+        return pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise SchemaError(f"rows do not fit the schema: {e}") from None
+
+
+def atomic_write_table(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to ``path`` so that readers see the old file or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def runs_path(profile: str, cell_id: str, root: Path | None = None) -> Path:
+    return paths.results_dir(profile, root) / f"{cell_id}.runs.parquet"
+
+
+def tokens_path(profile: str, cell_id: str, root: Path | None = None) -> Path:
+    return paths.results_dir(profile, root) / f"{cell_id}.tokens.parquet"
+
+
+def write_cell(profile: str, cell_id: str, runs: Sequence[Mapping],
+               tokens: Sequence[Mapping] = (), root: Path | None = None) -> Path:
+    """Store one cell: tokens first, then runs (whose presence marks the cell as stored)."""
+    if not runs:
+        raise SchemaError(f"{cell_id}: no run rows to write")
+    runs_table = _table(runs, RUNS_SCHEMA)  # validate both before touching disk
+    tokens_table = _table(tokens, TOKENS_SCHEMA) if tokens else None
+    if tokens_table is not None:
+        atomic_write_table(tokens_table, tokens_path(profile, cell_id, root))
+    out = runs_path(profile, cell_id, root)
+    atomic_write_table(runs_table, out)
+    return out
+
+
+def cell_status(profile: str, cell_id: str, root: Path | None = None) -> str:
+    """"missing", "ok" or "failed" for one stored cell."""
+    p = runs_path(profile, cell_id, root)
+    if not p.exists():
+        return "missing"
+    status = pq.read_table(p, columns=["status"]).column("status").to_pylist()
+    return "ok" if status and all(s == "ok" for s in status) else "failed"
+
+
+def is_done(profile: str, cell_id: str, root: Path | None = None) -> bool:
+    return cell_status(profile, cell_id, root) == "ok"
+
+
+def _read(files: Iterable[Path], schema: pa.Schema) -> pd.DataFrame:
+    tables = []
+    for f in sorted(files):
+        t = pq.read_table(f)
+        if t.schema.names != schema.names:
+            missing = sorted(set(schema.names) - set(t.schema.names))
+            extra = sorted(set(t.schema.names) - set(schema.names))
+            raise SchemaError(f"{f}: columns differ from the schema "
+                              f"(missing {missing or 'none'}, extra {extra or 'none'})")
+        try:
+            tables.append(t.cast(schema))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
+            raise SchemaError(f"{f}: types differ from the schema: {e}") from None
+    if not tables:
+        return schema.empty_table().to_pandas()
+    return pa.concat_tables(tables).to_pandas()
+
+
+def load_runs(profiles: str | Sequence[str], root: Path | None = None,
+              only_ok: bool = False) -> pd.DataFrame:
+    """All run rows of one or more profiles, schema-checked."""
+    names = [profiles] if isinstance(profiles, str) else list(profiles)
+    files = [f for n in names for f in paths.results_dir(n, root).glob("*.runs.parquet")]
+    df = _read(files, RUNS_SCHEMA)
+    return df[df["status"] == "ok"].reset_index(drop=True) if only_ok else df
+
+
+def load_tokens(profiles: str | Sequence[str], root: Path | None = None) -> pd.DataFrame:
+    names = [profiles] if isinstance(profiles, str) else list(profiles)
+    files = [f for n in names for f in paths.results_dir(n, root).glob("*.tokens.parquet")]
+    return _read(files, TOKENS_SCHEMA)
+
+
+def check_provenance(df: pd.DataFrame, where: str = "rows") -> None:
+    """Every row must say what measured it: versions, device, commit, time, config."""
+    need = ["vllm_version", "torch_version", "device_name", "git_commit",
+            "timestamp_utc", "config_hash"]
+    for col in need:
+        if col not in df.columns:
+            raise SchemaError(f"{where}: no column {col!r}")
+        bad = df[col].isna()
+        if bad.any():
+            raise SchemaError(f"{where}: {int(bad.sum())} row(s) lack {col!r}")
