@@ -1,0 +1,832 @@
+"""An offline bundle for air-gapped CUDA hosts, and the merge of the results it brings back.
+
+Many GPU clusters cannot reach a package index. ``pack`` builds, on a machine that can,
+everything a run of the study needs on such a host beyond what it already has:
+
+- the vLLM wheel (``vllm==0.26.0``, the newest built for torch 2.11 / CUDA 13) and the
+  runtime dependencies the host lacks (:data:`BUNDLED_REQUIREMENTS`), unpacked as they
+  would be installed, minus files an H200 run of these profiles never loads
+  (:data:`TRIMMED`: FlashAttention 2 kernels, the Rust front end, Blackwell-only and
+  DeepGEMM sources) and minus optional kernel packages (:data:`NOT_BUNDLED`);
+- the study's own code (``lib/specdec``), the chosen profiles and their model configs.
+
+All of it goes into one ``tar.xz`` split into parts of at most ``part_size`` bytes, with a
+``manifest.json`` holding the sha256 of every part and of the whole archive. ``unpack``
+checks every hash (a missing or altered part is a clear error naming it) before it
+extracts anything, then extracts into a site directory to put on ``PYTHONPATH``.
+
+Host prerequisites (:data:`HOST`): Linux x86-64, Python 3.12, ``torch==2.11.0+cu130`` and
+the packages of the CUDA image this study used (see :data:`HOST_PACKAGES`); set
+``VLLM_USE_FLASHINFER_SAMPLER=0`` (flashinfer is not bundled).
+
+Results come back as the runner's per-cell Parquet files (a folder or a ``.tar``/``.tgz``
+of one); ``merge`` checks their schema (:mod:`specdec.store`), provenance
+(:func:`specdec.store.check_provenance`, plus the device and vLLM version the profile
+names) and that every ``cell_id``/``config_hash`` is one the profile defines, and only
+then writes them into ``data/results/<profile>/``, one cell at a time, atomically.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from . import paths
+
+FORMAT = "specdec-bundle/1"
+MANIFEST = "manifest.json"
+ARCHIVE = "specdec-bundle.tar.xz"
+#: 60 MB: one part plus the repository stays under the device tool's 64 MiB per call.
+DEFAULT_PART_SIZE = 60_000_000
+
+VLLM_REQUIREMENT = "vllm==0.26.0"
+
+#: Runtime dependencies of vllm 0.26.0 that the host image lacks, with what they need in
+#: turn. Resolved on 2026-12-01 from the wheels' metadata (Python 3.12, manylinux x86-64),
+#: leaving out every package in HOST_PACKAGES and NOT_BUNDLED. Exact pins: one version of
+#: each, so the bundle is the same whenever it is rebuilt. xgrammar is 0.2.7, not the newest,
+#: because vLLM pins apache-tvm-ffi==0.1.10 and xgrammar 0.2.8+ needs >= 0.1.11.
+#: (mistral-common declares numpy<2.4 on Python 3.12; the host's numpy 2.5 is kept.)
+BUNDLED_REQUIREMENTS = (
+    "agent-detector==2.0.0", "annotated-types==0.8.0", "anthropic==2.14.0",
+    "apache-tvm-ffi==0.1.10", "astor==0.8.1",
+    "blake3==1.0.11", "cachetools==8.0.2", "cbor2==6.3.0", "cffi==2.1.1",
+    "compressed-tensors==0.17.0", "cryptography==50.0.2", "depyf==0.20.0",
+    "detect-installer==0.2.1", "dill==0.4.1", "dnspython==2.9.2", "docstring-parser==0.18.0",
+    "email-validator==2.4.0", "fastapi==0.136.3", "fastapi-cli==0.0.34",
+    "fastapi-cloud-cli==0.28.0", "fastar==0.12.0", "googleapis-common-protos==1.76.0",
+    "httpcore2==2.16.2", "httptools==0.9.0", "httpx2==2.16.2", "ijson==3.6.0",
+    "interegular==0.3.3", "jiter==0.19.0", "jmespath==1.1.0", "jsonschema==4.26.0",
+    "jsonschema-specifications==2025.9.1", "lark==1.2.2", "llguidance==1.7.6",
+    "lm-format-enforcer==0.11.3", "loguru==0.7.3", "mcp==2.3.0", "mcp-types==2.3.0",
+    "mistral-common==1.13.1", "model-hosting-container-standards==0.1.16", "msgspec==0.23.0",
+    "openai==3.57.0", "openai-harmony==0.0.8", "opentelemetry-api==1.45.2",
+    "opentelemetry-exporter-http-transport==0.66b2", "opentelemetry-exporter-otlp==1.45.2",
+    "opentelemetry-exporter-otlp-common==0.66b2",
+    "opentelemetry-exporter-otlp-proto-common==1.45.2",
+    "opentelemetry-exporter-otlp-proto-grpc==1.45.2",
+    "opentelemetry-exporter-otlp-proto-http==1.45.2", "opentelemetry-proto==1.45.2",
+    "opentelemetry-sdk==1.45.2", "opentelemetry-semantic-conventions==0.66b2",
+    "opentelemetry-semantic-conventions-ai==0.5.1", "outlines-core==0.2.14",
+    "partial-json-parser==0.2.1.1.post7", "prometheus-fastapi-instrumentator==8.1.0",
+    "pybase64==1.5.1", "pycountry==26.2.16", "pycparser==3.12", "pydantic==2.14.4",
+    "pydantic-core==2.50.5", "pydantic-extra-types==2.11.1", "pydantic-settings==2.16.3",
+    "pyjwt==2.15.1", "python-dotenv==1.2.4", "python-json-logger==4.2.0",
+    "python-multipart==0.0.34", "pyzmq==27.3.0", "referencing==0.37.0", "rich-toolkit==0.20.6",
+    "rignore==0.8.1", "rpds-py==2026.9.1", "sentry-sdk==2.75.0", "setproctitle==1.3.8",
+    "sniffio==1.3.1", "sse-starlette==3.7.0", "starlette==1.10.0", "supervisor==4.3.0",
+    "truststore==0.10.5", "typing-inspection==0.4.5", "uvicorn==0.54.0", "watchfiles==1.3.0",
+    "websockets==17.4", "xgrammar==0.2.7",
+)
+
+#: vLLM requirements deliberately left out: optional kernel packages (flashinfer and the
+#: JIT/DSL stacks behind it), video decoding, NVTX ranges. vLLM falls back without them
+#: for dense bf16 Llama models on Hopper; VLLM_USE_FLASHINFER_SAMPLER=0 keeps the sampler
+#: off flashinfer.
+NOT_BUNDLED = (
+    "flashinfer-python", "tilelang", "nvidia-cutlass-dsl", "quack-kernels",
+    "tokenspeed-mla", "humming-kernels", "fastsafetensors", "nvidia-cudnn-frontend", "nvtx",
+    "torchcodec", "pynvvideocodec",
+)
+
+#: Paths inside the installed packages that are not shipped (prefixes end with "/").
+TRIMMED = (
+    "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",  # FA2; Hopper runs FA3 (_vllm_fa3_C)
+    "vllm/vllm-rs",                              # Rust API server binary
+    "vllm/third_party/fmha_sm100/",              # Blackwell (sm100) attention sources
+    "vllm/third_party/deep_gemm/",               # DeepGEMM (FP8 MoE) sources and builds
+)
+
+#: What the target host must already have.
+HOST = {
+    "python": "3.12",
+    "platform": "manylinux_2_28_x86_64",
+    "torch": "2.11.0+cu130",
+    "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+}
+
+#: The packages of the host image (the device tool's CUDA image, as listed on 2026-11-17):
+#: never bundled, the host's own versions are used.
+HOST_PACKAGES = frozenset("""
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
+build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage
+cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn
+einops equinox etils execnet filelock flatbuffers flax fonttools formulaic frozenlist fsspec
+gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna imageio
+iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib
+kiwisolver lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown
+markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict
+multipledispatch mypy-extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro
+nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13
+nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
+nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir
+onnxruntime onnxscript opencv-python-headless optax opt-einsum opt-einsum-fx optimistix
+orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy portalocker
+prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing
+pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout
+pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors
+scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece sentence-transformers
+setuptools shellingham simplejson six sortedcontainers statsmodels sympy tabulate tensorboard
+tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch
+torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
+triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt
+xarray xxhash yarl zipp
+""".split())
+
+#: pip tags the wheels must carry (the host's glibc is newer than all of these).
+PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64",
+             "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64",
+             "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux_2_5_x86_64", "manylinux1_x86_64")
+
+
+class BundleError(RuntimeError):
+    """A bundle cannot be built, is incomplete or altered, or does not fit this host."""
+
+
+class MergeError(ValueError):
+    """Returned result files cannot be merged; the message names the file and the reason."""
+
+
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- #
+# Wheels
+# --------------------------------------------------------------------------- #
+def _requirement_name(req: str) -> str:
+    return _canon(re.match(r"[A-Za-z0-9_.\-]+", req).group(0))
+
+
+def _wheel_name(path: Path) -> str:
+    return _canon(path.name.split("-")[0])
+
+
+def find_wheel(wheel_dir: Path, requirement: str) -> Path | None:
+    """The wheel in ``wheel_dir`` for a pinned ``name==version`` requirement, if present."""
+    name = _requirement_name(requirement)
+    version = requirement.split("==", 1)[1] if "==" in requirement else None
+    for whl in sorted(wheel_dir.glob("*.whl")):
+        parts = whl.name.split("-")
+        if _canon(parts[0]) == name and (version is None or parts[1] == version):
+            return whl
+    return None
+
+
+def download_wheels(requirements: Sequence[str], wheel_dir: Path) -> list[Path]:
+    """Fetch each pinned requirement's Python 3.12 manylinux x86-64 wheel (no dependencies).
+
+    Wheels already in ``wheel_dir`` are reused; pip is asked only for the others.
+    """
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    missing = [r for r in requirements if find_wheel(wheel_dir, r) is None]
+    if missing:
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+               "--only-binary=:all:", "--python-version", HOST["python"],
+               "--implementation", "cp", "-d", str(wheel_dir)]
+        for p in PLATFORMS:
+            cmd += ["--platform", p]
+        proc = subprocess.run(cmd + list(missing), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BundleError(f"pip download failed for {', '.join(missing)}:\n"
+                              f"{proc.stderr.strip()[-2000:]}")
+    wheels = []
+    for r in requirements:
+        whl = find_wheel(wheel_dir, r)
+        if whl is None:
+            raise BundleError(f"no wheel for {r} in {wheel_dir} after download")
+        wheels.append(whl)
+    return wheels
+
+
+def _is_trimmed(path: str, trimmed: Sequence[str]) -> bool:
+    return any(path == t or (t.endswith("/") and path.startswith(t)) for t in trimmed)
+
+
+def _wheel_entries(whl: Path, trimmed: Sequence[str]):
+    """(installed relative path, ZipInfo) for each file pip would put in site-packages.
+
+    ``<name>.data/purelib`` and ``/platlib`` land in site-packages like the rest; scripts,
+    headers and data files are not needed to import the package and are dropped.
+    """
+    with zipfile.ZipFile(whl) as zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            name = info.filename
+            m = re.match(r"[^/]+\.data/([^/]+)/(.*)", name)
+            if m:
+                if m.group(1) not in ("purelib", "platlib"):
+                    continue
+                name = m.group(2)
+            yield name, info, _is_trimmed(name, trimmed)
+
+
+# --------------------------------------------------------------------------- #
+# Split writing and chained reading
+# --------------------------------------------------------------------------- #
+class _PartWriter(io.RawIOBase):
+    """A write-only stream cut into files of at most ``part_size`` bytes, hashed as written."""
+
+    def __init__(self, out_dir: Path, stem: str, part_size: int):
+        if part_size <= 0:
+            raise BundleError(f"part_size: must be positive, got {part_size}")
+        self.out_dir, self.stem, self.part_size = out_dir, stem, part_size
+        self.parts: list[dict] = []
+        self.whole = hashlib.sha256()
+        self.size = 0
+        self._fh = None
+        self._hash = None
+        self._left = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def _next_part(self) -> None:
+        self._close_part()
+        name = f"{self.stem}.{len(self.parts):03d}"
+        self._fh = open(self.out_dir / name, "wb")
+        self._hash = hashlib.sha256()
+        self._left = self.part_size
+        self.parts.append({"name": name, "size": 0})
+
+    def _close_part(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self.parts[-1]["sha256"] = self._hash.hexdigest()
+            self._fh = None
+
+    def write(self, b) -> int:
+        mv = memoryview(b).cast("B")
+        n = len(mv)
+        while len(mv):
+            if self._fh is None or self._left == 0:
+                self._next_part()
+            chunk = mv[: self._left]
+            self._fh.write(chunk)
+            self._hash.update(chunk)
+            self.whole.update(chunk)
+            self._left -= len(chunk)
+            self.parts[-1]["size"] += len(chunk)
+            mv = mv[len(chunk):]
+        self.size += n
+        return n
+
+    def close(self) -> None:
+        self._close_part()
+        super().close()
+
+
+class _ChainedReader(io.RawIOBase):
+    """Read several files as one stream."""
+
+    def __init__(self, files: Sequence[Path]):
+        self._files = list(files)
+        self._fh = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        while True:
+            if self._fh is None:
+                if not self._files:
+                    return 0
+                self._fh = open(self._files.pop(0), "rb")
+            n = self._fh.readinto(buf)
+            if n:
+                return n
+            self._fh.close()
+            self._fh = None
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+        super().close()
+
+
+# --------------------------------------------------------------------------- #
+# Pack
+# --------------------------------------------------------------------------- #
+def _git(*args: str) -> str | None:
+    try:
+        p = subprocess.run(["git", *args], cwd=paths.ROOT, capture_output=True, text=True,
+                           timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
+def profile_model_configs(profile_names: Iterable[str]) -> list[str]:
+    """The ``data/model_configs`` folders the profiles' models are built from."""
+    from .profiles import load_profile
+
+    out: set[str] = set()
+    for name in profile_names:
+        prof = load_profile(name)
+        for model in (prof.target, *prof.drafts):
+            if model.source.kind == "config" and model.source.config:
+                out.add(model.source.config)
+    return sorted(out)
+
+
+def repo_files(profile_names: Sequence[str]) -> list[tuple[str, Path]]:
+    """(archive path under ``repo/``, file) for the study code, the profiles and their configs."""
+    files = []
+    lib = paths.ROOT / "lib" / "specdec"
+    for f in sorted(lib.rglob("*")):
+        if f.is_file() and "__pycache__" not in f.parts and f.suffix in (".py", ".typed"):
+            files.append((f"lib/specdec/{f.relative_to(lib).as_posix()}", f))
+    for name in profile_names:
+        f = paths.PROFILES_DIR / f"{name}.yaml"
+        files.append((f"profiles/{f.name}", f))
+    for cfg in profile_model_configs(profile_names):
+        d = paths.MODEL_CONFIGS_DIR / cfg
+        for f in sorted(d.iterdir()):
+            if f.is_file():
+                files.append((f"data/model_configs/{cfg}/{f.name}", f))
+    for f in (paths.ROOT / "pyproject.toml",):
+        if f.is_file():
+            files.append((f.name, f))
+    return files
+
+
+def _tarinfo(name: str, size: int, mode: int, mtime: float) -> tarfile.TarInfo:
+    ti = tarfile.TarInfo(name)
+    ti.size, ti.mode, ti.mtime = size, mode, int(mtime)
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = ""
+    return ti
+
+
+def _clear_bundle(out_dir: Path) -> None:
+    for f in out_dir.glob(f"{ARCHIVE}.*"):
+        f.unlink()
+    (out_dir / MANIFEST).unlink(missing_ok=True)
+
+
+def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-mechanics",),
+         part_size: int = DEFAULT_PART_SIZE, wheel_dir: Path | str | None = None,
+         requirements: Sequence[str] | None = None, trimmed: Sequence[str] = TRIMMED,
+         download: bool = True, preset: int = 6, include_repo: bool = True) -> dict:
+    """Build the bundle in ``out_dir``: parts ``specdec-bundle.tar.xz.NNN`` and ``manifest.json``.
+
+    ``requirements`` defaults to vLLM plus :data:`BUNDLED_REQUIREMENTS`; with
+    ``download=False`` every wheel must already be in ``wheel_dir`` (default
+    ``CACHE_DIR/wheels``). Returns the manifest. The manifest is written last: a bundle
+    without one is incomplete.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wheel_dir = Path(wheel_dir) if wheel_dir else paths.CACHE_DIR / "wheels"
+    reqs = list(requirements) if requirements is not None else [VLLM_REQUIREMENT,
+                                                                 *BUNDLED_REQUIREMENTS]
+    names = [_requirement_name(r) for r in reqs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise BundleError(f"requirements: more than one version of {', '.join(dupes)}")
+    if download:
+        wheels = download_wheels(reqs, wheel_dir)
+    else:
+        wheels = []
+        for r in reqs:
+            whl = find_wheel(wheel_dir, r)
+            if whl is None:
+                raise BundleError(f"requirements: no wheel for {r} in {wheel_dir} "
+                                  f"(run without --no-download to fetch it)")
+            wheels.append(whl)
+    repo = repo_files(profiles) if include_repo else []
+
+    _clear_bundle(out_dir)
+    writer = _PartWriter(out_dir, ARCHIVE, part_size)
+    packages, removed, seen = [], [], {}
+    try:
+        with lzma.LZMAFile(writer, "w", preset=preset) as xz, \
+                tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for req, whl in zip(reqs, wheels):
+                packages.append({"requirement": req, "wheel": whl.name,
+                                 "sha256": sha256_file(whl)})
+                with zipfile.ZipFile(whl) as zf:
+                    for name, info, trim in _wheel_entries(whl, trimmed):
+                        if trim:
+                            removed.append({"path": name, "size": info.file_size})
+                            continue
+                        if name in seen:
+                            raise BundleError(f"{whl.name} and {seen[name]} both install {name}")
+                        seen[name] = whl.name
+                        unix_mode = (info.external_attr >> 16) & 0o777
+                        mode = 0o755 if unix_mode & 0o111 else 0o644
+                        mtime = _dt.datetime(*info.date_time).timestamp()
+                        with zf.open(info) as src:
+                            tar.addfile(_tarinfo(f"site/{name}", info.file_size, mode, mtime), src)
+            for arc, f in repo:
+                st = f.stat()
+                with open(f, "rb") as src:
+                    tar.addfile(_tarinfo(f"repo/{arc}", st.st_size, 0o644, st.st_mtime), src)
+    finally:
+        writer.close()
+
+    missing_trims = [t for t in trimmed if not any(_is_trimmed(r["path"], [t]) for r in removed)]
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    manifest = {
+        "format": FORMAT,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "git_commit": _git("rev-parse", "HEAD") or "unknown",
+        "git_dirty": bool(dirty) if dirty is not None else None,
+        "profiles": list(profiles),
+        "host": HOST,
+        "archive": {"name": ARCHIVE, "size": writer.size, "sha256": writer.whole.hexdigest()},
+        "parts": writer.parts,
+        "packages": packages,
+        "not_bundled": list(NOT_BUNDLED) if requirements is None else [],
+        "trimmed": {"rules": list(trimmed), "files": len(removed),
+                    "bytes": sum(r["size"] for r in removed),
+                    "rules_matching_nothing": missing_trims},
+    }
+    tmp = out_dir / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, out_dir / MANIFEST)
+    return manifest
+
+
+# --------------------------------------------------------------------------- #
+# Verify and unpack
+# --------------------------------------------------------------------------- #
+def read_manifest(bundle_dir: Path | str) -> dict:
+    bundle_dir = Path(bundle_dir)
+    f = bundle_dir / MANIFEST
+    if not f.is_file():
+        raise BundleError(f"{f}: no manifest (incomplete bundle, or not a bundle folder)")
+    try:
+        man = json.loads(f.read_text())
+    except ValueError as e:
+        raise BundleError(f"{f}: malformed manifest: {e}") from None
+    if man.get("format") != FORMAT:
+        raise BundleError(f"{f}: format {man.get('format')!r}, expected {FORMAT!r}")
+    return man
+
+
+def verify(bundle_dir: Path | str) -> dict:
+    """Check that every part is present with its recorded size and sha256, and the whole too."""
+    bundle_dir = Path(bundle_dir)
+    man = read_manifest(bundle_dir)
+    missing = [p["name"] for p in man["parts"] if not (bundle_dir / p["name"]).is_file()]
+    if missing:
+        raise BundleError(f"{bundle_dir}: missing part(s) {', '.join(missing)} "
+                          f"of {len(man['parts'])}")
+    whole = hashlib.sha256()
+    for p in man["parts"]:
+        f = bundle_dir / p["name"]
+        if f.stat().st_size != p["size"]:
+            raise BundleError(f"{f}: {f.stat().st_size} bytes, the manifest says {p['size']} "
+                              f"(truncated or altered part)")
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            while block := fh.read(1 << 22):
+                h.update(block)
+                whole.update(block)
+        if h.hexdigest() != p["sha256"]:
+            raise BundleError(f"{f}: sha256 {h.hexdigest()} does not match the manifest's "
+                              f"{p['sha256']} (altered part)")
+    if whole.hexdigest() != man["archive"]["sha256"]:
+        raise BundleError(f"{bundle_dir}: the parts together hash to {whole.hexdigest()}, "
+                          f"the manifest says {man['archive']['sha256']}")
+    return man
+
+
+def check_host(man: dict) -> None:
+    """The bundle's compiled parts need the host's Python minor version and torch."""
+    want_py = man["host"]["python"]
+    have_py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if have_py != want_py:
+        raise BundleError(f"host.python: this bundle is built for Python {want_py}, "
+                          f"this is Python {have_py}")
+    import importlib.metadata as md
+
+    want_torch = man["host"]["torch"]
+    try:
+        have_torch = md.version("torch")
+    except md.PackageNotFoundError:
+        raise BundleError(f"host.torch: torch {want_torch} is required and not installed") from None
+    if have_torch.split("+")[0] != want_torch.split("+")[0]:
+        raise BundleError(f"host.torch: this bundle needs torch {want_torch}, found {have_torch}")
+
+
+def _move_into(src: Path, dest: Path, replace: bool) -> None:
+    if dest.exists() and any(dest.iterdir()):
+        if not replace:
+            raise BundleError(f"{dest}: not empty (pass replace=True / --replace to overwrite)")
+        shutil.rmtree(dest)
+    elif dest.exists():
+        dest.rmdir()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(src, dest)
+
+
+def unpack(bundle_dir: Path | str, site_dir: Path | str, repo_dir: Path | str | None = None,
+           replace: bool = False, host_check: bool = True) -> dict:
+    """Verify the bundle, then extract its packages into ``site_dir`` (and the study into ``repo_dir``).
+
+    Nothing is extracted unless every hash matches. Extraction goes to a temporary folder
+    beside ``site_dir`` that is renamed into place, so a failure leaves no half-filled site.
+    Returns the manifest.
+    """
+    man = verify(bundle_dir)
+    if host_check:
+        check_host(man)
+    site_dir = Path(site_dir).resolve()
+    site_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".specdec-unpack-", dir=site_dir.parent))
+    try:
+        parts = [Path(bundle_dir) / p["name"] for p in man["parts"]]
+        with _ChainedReader(parts) as raw, lzma.LZMAFile(raw) as xz, \
+                tarfile.open(fileobj=xz, mode="r|") as tar:
+            tar.extractall(tmp, filter="data")
+        _move_into(tmp / "site", site_dir, replace)
+        if repo_dir is not None and (tmp / "repo").exists():
+            _move_into(tmp / "repo", Path(repo_dir).resolve(), replace)
+    except (tarfile.TarError, lzma.LZMAError, EOFError) as e:
+        raise BundleError(f"{bundle_dir}: archive cannot be read: {e}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return man
+
+
+def shell_env(man: dict, site_dir: Path | str, lib_dir: Path | str | None = None) -> str:
+    """``export`` lines for running the study on the host from the unpacked bundle."""
+    pythonpath = [str(Path(site_dir).resolve())]
+    if lib_dir:
+        pythonpath.append(str(Path(lib_dir).resolve()))
+    lines = [f"export PYTHONPATH={':'.join(pythonpath)}${{PYTHONPATH:+:$PYTHONPATH}}"]
+    lines += [f"export {k}={v}" for k, v in man["host"]["env"].items()]
+    # The bundle has no .git: provenance takes the commit it was packed from.
+    lines.append(f"export SPECDEC_COMMIT={man['git_commit']}")
+    if man.get("git_dirty") is not None:
+        lines.append(f"export SPECDEC_DIRTY={int(bool(man['git_dirty']))}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- #
+# Merge returned results
+# --------------------------------------------------------------------------- #
+@dataclass
+class MergeReport:
+    merged: list[str] = field(default_factory=list)       # cell ids written
+    rows: int = 0                                         # run rows written
+    unchanged: list[str] = field(default_factory=list)    # identical to what is stored
+    kept: list[str] = field(default_factory=list)         # stored ok cell kept over incoming
+    refused: list[str] = field(default_factory=list)      # "file: reason"
+
+    def summary(self) -> str:
+        return (f"{len(self.merged)} cell(s) merged ({self.rows} run rows), "
+                f"{len(self.unchanged)} unchanged, {len(self.kept)} kept as stored, "
+                f"{len(self.refused)} refused")
+
+
+def _result_files(src: Path, scratch: Path) -> list[tuple[str, Path]]:
+    """(name for messages, path) of the Parquet files under ``src``: a folder, or a tar
+    archive (extracted into ``scratch``; messages name the member, ``archive:member``)."""
+    if src.is_file():
+        if not tarfile.is_tarfile(src):
+            raise MergeError(f"{src}: neither a folder nor a tar archive")
+        with tarfile.open(src) as tar:
+            tar.extractall(scratch, filter="data")
+        return [(f"{src}:{f.relative_to(scratch).as_posix()}", f)
+                for f in sorted(scratch.rglob("*.parquet"))]
+    if not src.is_dir():
+        raise MergeError(f"{src}: does not exist")
+    return [(str(f), f) for f in sorted(src.rglob("*.parquet"))]
+
+
+def _expected_cells(profile) -> dict[str, str]:
+    from . import profiles as P
+
+    return {P.cell_id(profile, c): P.config_hash(P.cell_config(profile, c))
+            for c in P.expand(profile)}
+
+
+def _check_file(f: Path, kind: str, known: dict, profile_filter: str | None,
+                where: str | None = None):
+    """Schema, provenance and identity checks of one returned file -> (profile, cell_id, table)."""
+    import pyarrow.parquet as pq
+
+    from . import store
+    from .profiles import ProfileError, load_profile
+
+    schema = store.SCHEMAS[kind]
+    where = where or str(f)
+    try:
+        df = store._read([f], schema)  # the store's own schema check (columns, then types)
+    except store.SchemaError as e:
+        raise MergeError(str(e).replace(str(f), where, 1)) from None
+    if df.empty:
+        raise MergeError(f"{where}: no rows")
+    store.check_provenance(df, where=where)
+    names = set(df["profile"])
+    if len(names) != 1:
+        raise MergeError(f"{where}: rows of several profiles {sorted(names)}")
+    pname = names.pop()
+    if profile_filter and pname != profile_filter:
+        raise MergeError(f"{where}: rows of profile {pname!r}, merging {profile_filter!r}")
+    if pname not in known:
+        try:
+            prof = load_profile(pname)
+        except ProfileError as e:
+            raise MergeError(f"{where}: profile {pname!r} is not one of this study's: {e}") from None
+        known[pname] = (prof, _expected_cells(prof))
+    prof, expected = known[pname]
+    if prof.reference_only:
+        raise MergeError(f"{where}: profile {pname!r} is reference_only: it is never measured here")
+    cells = set(df["cell_id"])
+    if len(cells) != 1:
+        raise MergeError(f"{where}: rows of several cells {sorted(cells)}")
+    cid = cells.pop()
+    if f.name != f"{cid}.{kind}.parquet":
+        raise MergeError(f"{where}: file name does not match its cell_id {cid!r}")
+    if cid not in expected:
+        raise MergeError(f"{where}: cell_id {cid!r} is not a cell of profile {pname!r} "
+                         f"(its configuration changed since this was measured?)")
+    hashes = set(df["config_hash"])
+    if hashes != {expected[cid]}:
+        raise MergeError(f"{where}: config_hash {sorted(hashes)} does not match the profile's "
+                         f"{expected[cid]!r} for {cid}")
+    if kind == "runs":
+        bad = df[~df["status"].isin(["ok", "failed"])]
+        if len(bad):
+            raise MergeError(f"{where}: status must be ok or failed, got {sorted(set(bad['status']))}")
+    want_vllm = prof.engine.version
+    if set(df["vllm_version"]) != {want_vllm}:
+        raise MergeError(f"{where}: measured with vLLM {sorted(set(df['vllm_version']))}, "
+                         f"the profile names {want_vllm}")
+    if prof.hardware.kind == "cuda" and (df["device_name"] == "cpu").any():
+        raise MergeError(f"{where}: profile {pname!r} is a GPU profile but rows say device 'cpu'")
+    return pname, cid, pq.read_table(f).cast(schema)
+
+
+def merge(src: Path | str, profile: str | None = None, results_root: Path | str | None = None,
+          skip_invalid: bool = False, replace: bool = False) -> MergeReport:
+    """Merge returned per-cell Parquet files into ``results_root/<profile>/``.
+
+    Every file is checked before anything is written; an invalid file stops the merge
+    (MergeError naming it) unless ``skip_invalid``, which leaves it out and reports it.
+    A stored ``ok`` cell is not overwritten by a different incoming one unless
+    ``replace``; an incoming ``failed`` cell never replaces a stored ``ok`` one.
+    """
+    import pyarrow.parquet as pq
+
+    from . import store
+
+    src = Path(src)
+    root = Path(results_root) if results_root else None
+    report = MergeReport()
+    with tempfile.TemporaryDirectory(prefix="specdec-merge-") as scratch:
+        files = _result_files(src, Path(scratch))
+        if not files:
+            raise MergeError(f"{src}: no .parquet files")
+        known: dict = {}
+        checked: dict[tuple[str, str], dict[str, object]] = {}
+        for where, f in files:
+            kind = "runs" if f.name.endswith(".runs.parquet") else (
+                "tokens" if f.name.endswith(".tokens.parquet") else None)
+            try:
+                if kind is None:
+                    raise MergeError(f"{where}: not a .runs.parquet or .tokens.parquet file")
+                pname, cid, table = _check_file(f, kind, known, profile, where)
+            except (MergeError, store.SchemaError) as e:
+                if not skip_invalid:
+                    raise MergeError(str(e)) from None
+                report.refused.append(str(e))
+                continue
+            checked.setdefault((pname, cid), {})[kind] = table
+        for (pname, cid), tables in sorted(checked.items()):
+            runs = tables.get("runs")
+            if runs is None:
+                # Tokens are written first: tokens alone mean the cell never finished.
+                report.refused.append(f"{pname}/{cid}: tokens without runs (cell did not finish)")
+                continue
+            incoming_ok = all(s == "ok" for s in runs.column("status").to_pylist())
+            stored = store.cell_status(pname, cid, root)
+            runs_dest = store.runs_path(pname, cid, root)
+            if stored != "missing" and pq.read_table(runs_dest).equals(runs):
+                report.unchanged.append(f"{pname}/{cid}")
+                continue
+            if stored == "ok" and (not incoming_ok or not replace):
+                report.kept.append(f"{pname}/{cid}")
+                continue
+            if "tokens" in tables:
+                store.atomic_write_table(tables["tokens"], store.tokens_path(pname, cid, root))
+            store.atomic_write_table(runs, runs_dest)
+            report.merged.append(f"{pname}/{cid}")
+            report.rows += runs.num_rows
+    return report
+
+
+# --------------------------------------------------------------------------- #
+# CLI
+# --------------------------------------------------------------------------- #
+def _plain_errors(fn):
+    """Bundle and merge errors name the file and the reason: print them, no traceback."""
+    def run(args) -> int:
+        try:
+            return fn(args)
+        except (BundleError, MergeError) as e:
+            print(f"specdec {args.command}: error: {e}", file=sys.stderr)
+            return 2
+    return run
+
+
+def _cmd_bundle(args) -> int:
+    man = pack(args.out, profiles=args.profile or ["h200-mechanics"], part_size=args.part_size,
+               wheel_dir=args.wheel_dir, download=not args.no_download, preset=args.preset)
+    for p in man["parts"]:
+        print(f"{Path(args.out) / p['name']}  {p['size'] / 1e6:.1f} MB  sha256 {p['sha256'][:16]}")
+    print(f"{len(man['parts'])} part(s), {man['archive']['size'] / 1e6:.1f} MB in all; "
+          f"{len(man['packages'])} packages; trimmed {man['trimmed']['files']} files "
+          f"({man['trimmed']['bytes'] / 1e6:.0f} MB uncompressed)")
+    if man["trimmed"]["rules_matching_nothing"]:
+        print(f"warning: trim rules that matched nothing: {man['trimmed']['rules_matching_nothing']}")
+    return 0
+
+
+def _cmd_unpack(args) -> int:
+    man = unpack(args.dir, args.site, repo_dir=args.repo, replace=args.replace,
+                 host_check=not args.no_host_check)
+    lib = Path(args.repo) / "lib" if args.repo else None
+    if args.print_env:
+        print(shell_env(man, args.site, lib))
+    else:
+        print(f"unpacked {len(man['packages'])} packages into {args.site} "
+              f"(bundle of {man['created_utc']}, commit {man['git_commit'][:12]}); then:",
+              file=sys.stderr)
+        print(shell_env(man, args.site, lib))
+    return 0
+
+
+def _cmd_merge(args) -> int:
+    report = merge(args.src, profile=args.profile, results_root=args.results_root,
+                   skip_invalid=args.skip_invalid, replace=args.replace)
+    for r in report.refused:
+        print(f"refused: {r}", file=sys.stderr)
+    for k in report.kept:
+        print(f"kept stored ok cell: {k}", file=sys.stderr)
+    print(report.summary())
+    return 1 if report.refused else 0
+
+
+def register(subparsers) -> None:
+    b = subparsers.add_parser("bundle", help="pack vLLM + deps + the study for an air-gapped GPU host")
+    b.add_argument("--profile", "-p", action="append",
+                   help="profile whose model configs to include (repeatable; default h200-mechanics)")
+    b.add_argument("--out", type=Path, default=paths.ROOT / ".bundle",
+                   help="output folder (default .bundle/, git-ignored)")
+    b.add_argument("--part-size", type=int, default=DEFAULT_PART_SIZE, help="bytes per part")
+    b.add_argument("--wheel-dir", type=Path, default=None, help="wheel cache (default .cache/wheels)")
+    b.add_argument("--no-download", action="store_true", help="use only wheels already cached")
+    b.add_argument("--preset", type=int, default=6, help="xz preset 0-9")
+    b.set_defaults(func=_plain_errors(_cmd_bundle))
+
+    u = subparsers.add_parser("unpack", help="verify a bundle's hashes and extract it")
+    u.add_argument("dir", type=Path, help="folder with manifest.json and the parts")
+    u.add_argument("--site", type=Path, required=True, help="where the packages go (put on PYTHONPATH)")
+    u.add_argument("--repo", type=Path, default=None, help="also extract the study code here")
+    u.add_argument("--replace", action="store_true", help="overwrite a non-empty --site/--repo")
+    u.add_argument("--no-host-check", action="store_true",
+                   help="skip the Python/torch version check (only to inspect a bundle)")
+    u.add_argument("--print-env", action="store_true", help="print only the export lines (for eval)")
+    u.set_defaults(func=_plain_errors(_cmd_unpack))
+
+    m = subparsers.add_parser("merge", help="merge returned result files into data/results/")
+    m.add_argument("src", type=Path, help="folder or .tar/.tgz of returned .parquet files")
+    m.add_argument("--profile", default=None, help="accept only rows of this profile")
+    m.add_argument("--results-root", type=Path, default=None, help="instead of data/results")
+    m.add_argument("--skip-invalid", action="store_true", help="merge the valid files, report the rest")
+    m.add_argument("--replace", action="store_true", help="let incoming ok cells replace stored ones")
+    m.set_defaults(func=_plain_errors(_cmd_merge))
+
+
+if __name__ == "__main__":
+    from .cli import main
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,331 @@
+"""The offline bundle (parts, hashes, tamper detection, unpack) and the merge of returned results.
+
+Everything runs on small synthetic wheels, so it is fast; one test looks at the real vLLM
+wheel only if it is already in the wheel cache.
+"""
+import json
+import os
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from specdec import bundle, paths, profiles, provenance, runner, store
+from specdec.bundle import BundleError, MergeError
+
+PART = 100_000
+
+
+def _wheel(d: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
+    whl = d / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        for arc, data in files.items():
+            zf.writestr(arc, data)
+        zf.writestr(f"{name}-{version}.dist-info/METADATA",
+                    f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return whl
+
+
+@pytest.fixture
+def wheels(tmp_path):
+    d = tmp_path / "wheels"
+    d.mkdir()
+    big = os.urandom(250_000)  # incompressible: the archive must span several parts
+    _wheel(d, "fakepkg", "1.0", {
+        "fakepkg/__init__.py": b"VALUE = 42\n",
+        "fakepkg/big.bin": big,
+        "fakepkg/trim_me.so": b"x" * 1000,
+        "fakepkg/third_party/junk/a.hpp": b"junk",
+        "fakepkg-1.0.data/purelib/fakepkg_extra.py": b"EXTRA = 1\n",
+        "fakepkg-1.0.data/scripts/fakepkg-cli": b"#!/bin/sh\n",
+    })
+    _wheel(d, "other_pkg", "2.0", {"other_pkg/__init__.py": b""})
+    return d, big
+
+
+def _pack(tmp_path, wheels_dir, **kw):
+    kw.setdefault("requirements", ["fakepkg==1.0", "other-pkg==2.0"])
+    return bundle.pack(tmp_path / "out", profiles=("h200-mechanics",), part_size=PART,
+                       wheel_dir=wheels_dir, trimmed=("fakepkg/trim_me.so", "fakepkg/third_party/"),
+                       download=False, preset=0, **kw)
+
+
+def test_pack_writes_hashed_parts_of_bounded_size(tmp_path, wheels):
+    man = _pack(tmp_path, wheels[0])
+    out = tmp_path / "out"
+    assert len(man["parts"]) >= 3
+    whole = b""
+    for p in man["parts"]:
+        data = (out / p["name"]).read_bytes()
+        assert len(data) == p["size"] <= PART
+        assert bundle.hashlib.sha256(data).hexdigest() == p["sha256"]
+        whole += data
+    assert bundle.hashlib.sha256(whole).hexdigest() == man["archive"]["sha256"]
+    assert json.loads((out / bundle.MANIFEST).read_text()) == man
+    assert man["trimmed"]["files"] == 2 and man["trimmed"]["rules_matching_nothing"] == []
+    assert [p["requirement"] for p in man["packages"]] == ["fakepkg==1.0", "other-pkg==2.0"]
+    assert man["host"]["env"] == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+
+
+def test_unpack_round_trip(tmp_path, wheels):
+    wdir, big = wheels
+    _pack(tmp_path, wdir)
+    site, repo = tmp_path / "site", tmp_path / "repo"
+    man = bundle.unpack(tmp_path / "out", site, repo_dir=repo, host_check=False)
+    assert (site / "fakepkg" / "big.bin").read_bytes() == big
+    assert (site / "fakepkg" / "__init__.py").read_text() == "VALUE = 42\n"
+    assert (site / "fakepkg_extra.py").is_file(), "purelib files land in site-packages"
+    assert (site / "fakepkg-1.0.dist-info" / "METADATA").is_file()
+    assert not (site / "fakepkg" / "trim_me.so").exists()
+    assert not (site / "fakepkg" / "third_party").exists()
+    assert not list(site.rglob("fakepkg-cli")), "scripts are not installed"
+    # The study travels too: code, the profile and exactly the model configs it uses.
+    assert (repo / "lib/specdec/bundle.py").read_bytes() == (paths.ROOT / "lib/specdec/bundle.py").read_bytes()
+    assert (repo / "profiles/h200-mechanics.yaml").is_file()
+    shipped = sorted(p.name for p in (repo / "data/model_configs").iterdir())
+    assert shipped == bundle.profile_model_configs(["h200-mechanics"])
+    assert "llama-3-8b" in shipped and "phi-2" not in shipped
+    env = bundle.shell_env(man, site, repo / "lib")
+    assert f"PYTHONPATH={site.resolve()}:{(repo / 'lib').resolve()}" in env
+    assert "export VLLM_USE_FLASHINFER_SAMPLER=0" in env and "SPECDEC_COMMIT=" in env
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".specdec-unpack-")]
+
+
+def test_unpack_refuses_a_non_empty_site_unless_replace(tmp_path, wheels):
+    _pack(tmp_path, wheels[0])
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "keep.txt").write_text("mine")
+    with pytest.raises(BundleError, match="not empty"):
+        bundle.unpack(tmp_path / "out", site, host_check=False)
+    assert (site / "keep.txt").read_text() == "mine"
+    bundle.unpack(tmp_path / "out", site, host_check=False, replace=True)
+    assert (site / "fakepkg" / "__init__.py").is_file() and not (site / "keep.txt").exists()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "manifest"])
+def test_tampered_or_missing_parts_are_refused_before_extracting(tmp_path, wheels, damage):
+    man = _pack(tmp_path, wheels[0])
+    out = tmp_path / "out"
+    victim = out / man["parts"][1]["name"]
+    if damage == "flip":
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        victim.write_bytes(bytes(data))
+        match = f"{victim.name}: sha256 .* does not match"
+    elif damage == "truncate":
+        victim.write_bytes(victim.read_bytes()[:-10])
+        match = f"{victim.name}: .* bytes, the manifest says"
+    elif damage == "delete":
+        victim.unlink()
+        match = f"missing part\\(s\\) {victim.name}"
+    else:
+        (out / bundle.MANIFEST).unlink()
+        match = "no manifest"
+    with pytest.raises(BundleError, match=match):
+        bundle.unpack(out, tmp_path / "site", host_check=False)
+    assert not (tmp_path / "site").exists(), "nothing may be extracted from a bad bundle"
+
+
+def test_parts_swapped_are_caught_by_the_whole_hash(tmp_path, wheels):
+    man = _pack(tmp_path, wheels[0])
+    out = tmp_path / "out"
+    m = json.loads((out / bundle.MANIFEST).read_text())
+    m["parts"][0], m["parts"][1] = m["parts"][1], m["parts"][0]  # each part still self-consistent
+    (out / bundle.MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="parts together hash"):
+        bundle.verify(out)
+
+
+def test_host_check_names_the_mismatch(tmp_path, wheels):
+    man = _pack(tmp_path, wheels[0])
+    with pytest.raises(BundleError, match="host.python: .*Python 2.7"):
+        bundle.check_host({**man, "host": {**man["host"], "python": "2.7"}})
+    with pytest.raises(BundleError, match="host.torch: .*0.0.1"):
+        py = f"{bundle.sys.version_info.major}.{bundle.sys.version_info.minor}"
+        bundle.check_host({**man, "host": {**man["host"], "python": py, "torch": "0.0.1"}})
+
+
+def test_pack_refuses_bad_requirements(tmp_path, wheels):
+    with pytest.raises(BundleError, match="more than one version of fakepkg"):
+        _pack(tmp_path, wheels[0], requirements=["fakepkg==1.0", "fakepkg==1.1"])
+    with pytest.raises(BundleError, match="no wheel for absent==3.0"):
+        _pack(tmp_path, wheels[0], requirements=["fakepkg==1.0", "absent==3.0"])
+    with pytest.raises(BundleError, match="part_size"):
+        bundle.pack(tmp_path / "o2", part_size=0, wheel_dir=wheels[0],
+                    requirements=["fakepkg==1.0"], download=False)
+
+
+def test_bundled_requirements_are_exact_disjoint_pins():
+    names = [bundle._requirement_name(r) for r in bundle.BUNDLED_REQUIREMENTS]
+    assert len(names) == len(set(names))
+    assert all("==" in r for r in bundle.BUNDLED_REQUIREMENTS)
+    assert not set(names) & bundle.HOST_PACKAGES, "the host's own packages must not be shadowed"
+    assert not set(names) & {bundle._canon(n) for n in bundle.NOT_BUNDLED}
+    assert "vllm" not in names and bundle.VLLM_REQUIREMENT == "vllm==0.26.0"
+    for must in ("pydantic", "fastapi", "openai", "msgspec", "pyzmq", "cbor2", "blake3",
+                 "xgrammar", "llguidance"):
+        assert must in names
+    assert "flashinfer-python" in bundle.NOT_BUNDLED
+
+
+def test_trim_rules_match_the_real_vllm_wheel():
+    whl = bundle.find_wheel(paths.CACHE_DIR / "wheels", bundle.VLLM_REQUIREMENT)
+    if whl is None:
+        pytest.skip("vllm 0.26.0 wheel not in the cache (specdec bundle downloads it)")
+    assert "cp38-abi3-manylinux_2_28_x86_64" in whl.name  # loads on CPython 3.12, glibc >= 2.28
+    trimmed = [n for n, _, trim in bundle._wheel_entries(whl, bundle.TRIMMED) if trim]
+    for rule in bundle.TRIMMED:
+        assert any(bundle._is_trimmed(n, [rule]) for n in trimmed), rule
+    kept = {n for n, _, trim in bundle._wheel_entries(whl, bundle.TRIMMED) if not trim}
+    assert "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" in kept  # Hopper's attention stays
+
+
+# --------------------------------------------------------------------------- #
+# merge
+# --------------------------------------------------------------------------- #
+H200 = "h200-mechanics"
+
+
+def _rows(cell: profiles.Cell, **over):
+    prof = profiles.load_profile(H200)
+    ident = runner.identity(prof, cell)
+    prov = {**provenance.collect(), "vllm_version": "0.26.0", "vllm_package": "vllm",
+            "device_name": "NVIDIA H200", "torch_version": "2.11.0+cu130"}
+    runs = []
+    for rep in range(3):
+        row = {f.name: None for f in store.RUNS_SCHEMA}
+        row.update(ident, **prov, repeat=rep, status="ok", wall_s=1.0, num_requests=1,
+                   num_prompt_tokens=128, num_output_tokens=128, output_tokens_per_s=128.0,
+                   tpot_ms=7.8, engine_start_s=60.0)
+        row.update(over)
+        runs.append(row)
+    tok = {f.name: None for f in store.TOKENS_SCHEMA}
+    tok.update(ident, **prov, request_index=0, prompt_id="random-0", output_token_ids=[1, 2])
+    tok.update({k: v for k, v in over.items() if k in tok})
+    return ident["cell_id"], runs, [tok]
+
+
+def _cells():
+    prof = profiles.load_profile(H200)
+    return profiles.expand(prof, ["quick-ceiling-k"])[:3]
+
+
+def _write(root, cell, **over):
+    cid, runs, toks = _rows(cell, **over)
+    store.write_cell(H200, cid, runs, toks, root=root)
+    return cid
+
+
+def test_merge_writes_checked_cells(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    ids = [_write(src, c) for c in _cells()]
+    rep = bundle.merge(src / H200, results_root=dest)
+    assert sorted(rep.merged) == sorted(f"{H200}/{i}" for i in ids) and rep.rows == 9
+    runs = store.load_runs(H200, dest)
+    assert len(runs) == 9 and set(runs["device_name"]) == {"NVIDIA H200"}
+    assert len(store.load_tokens(H200, dest)) == 3
+    again = bundle.merge(src, results_root=dest)  # the whole tree works too
+    assert len(again.unchanged) == 3 and not again.merged
+
+
+def test_merge_accepts_a_tar_archive(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    _write(src, _cells()[0])
+    arc = tmp_path / "results.tgz"
+    with tarfile.open(arc, "w:gz") as tar:
+        tar.add(src, arcname=".")
+    assert len(bundle.merge(arc, results_root=dest).merged) == 1
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"config_hash": "0123456789abcdef"}, "config_hash .* does not match"),
+    ({"git_commit": None}, "lack 'git_commit'"),
+    ({"device_name": "cpu"}, "GPU profile but rows say device 'cpu'"),
+    ({"vllm_version": "0.32.0"}, "measured with vLLM .*0.32.0.*0.26.0"),
+    ({"status": "weird"}, "status must be ok or failed"),
+])
+def test_merge_refuses_bad_rows_and_writes_nothing(tmp_path, over, match):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    good, bad = _cells()[:2]
+    _write(src, good)
+    _write(src, bad, **over)
+    with pytest.raises(MergeError, match=match):
+        bundle.merge(src, results_root=dest)
+    assert not list(dest.rglob("*.parquet")), "an invalid file must stop the whole merge"
+    rep = bundle.merge(src, results_root=dest, skip_invalid=True)
+    assert len(rep.merged) == 1 and any(m for m in rep.refused if "does not match" in m or
+                                        "lack" in m or "device" in m or "vLLM" in m or "status" in m)
+
+
+def test_merge_refuses_cells_the_profile_does_not_define(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    cid = _write(src, _cells()[0])
+    # The same rows, claimed for a cell id the profile has no cell for.
+    f = store.runs_path(H200, cid, src)
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(f).to_pandas()
+    t["cell_id"] = "draft-1layer-k99-b1-random-t0-deadbeef"
+    store.atomic_write_table(store.pa.Table.from_pandas(t, schema=store.RUNS_SCHEMA,
+                                                        preserve_index=False),
+                             f.with_name("draft-1layer-k99-b1-random-t0-deadbeef.runs.parquet"))
+    with pytest.raises(MergeError, match="is not a cell of profile"):
+        bundle.merge(src, results_root=dest)
+    f.with_name("draft-1layer-k99-b1-random-t0-deadbeef.runs.parquet").unlink()
+    f.rename(f.with_name("renamed.runs.parquet"))
+    with pytest.raises(MergeError, match="does not match its cell_id"):
+        bundle.merge(src, results_root=dest, profile=H200)
+
+
+def test_merge_refuses_reference_only_and_unknown_profiles(tmp_path):
+    src = tmp_path / "src"
+    cid, runs, toks = _rows(_cells()[0])
+    for r in runs:
+        r["profile"] = "a100-llama3-8b"
+    store.write_cell("a100-llama3-8b", cid, runs, root=src)
+    with pytest.raises(MergeError, match="reference_only"):
+        bundle.merge(src, results_root=tmp_path / "dest")
+    for r in runs:
+        r["profile"] = "no-such-profile"
+    store.write_cell("no-such-profile", cid, runs, root=tmp_path / "src2")
+    with pytest.raises(MergeError, match="not one of this study's"):
+        bundle.merge(tmp_path / "src2", results_root=tmp_path / "dest")
+
+
+def test_merge_keeps_stored_ok_cells(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    cell = _cells()[0]
+    cid = _write(dest, cell)
+    before = store.runs_path(H200, cid, dest).read_bytes()
+    _write(src, cell, status="failed", error="CUDA out of memory")
+    rep = bundle.merge(src, results_root=dest)
+    assert rep.kept == [f"{H200}/{cid}"] and not rep.merged
+    assert store.runs_path(H200, cid, dest).read_bytes() == before
+    # A different ok measurement replaces the stored one only when asked to.
+    _write(src, cell, wall_s=2.0)
+    assert bundle.merge(src, results_root=dest).kept
+    assert bundle.merge(src, results_root=dest, replace=True).merged == [f"{H200}/{cid}"]
+    assert set(store.load_runs(H200, dest)["wall_s"]) == {2.0}
+
+
+def test_merge_leaves_out_tokens_without_runs(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    cid = _write(src, _cells()[0])
+    store.runs_path(H200, cid, src).unlink()
+    rep = bundle.merge(src, results_root=dest)
+    assert not rep.merged and "tokens without runs" in rep.refused[0]
+
+
+def test_cli_reports_merge_and_unpack_errors_plainly(tmp_path, capsys, wheels):
+    from specdec import cli
+
+    src = tmp_path / "src"
+    _write(src, _cells()[0], device_name="cpu")
+    assert cli.main(["merge", str(src), "--results-root", str(tmp_path / "dest")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specdec merge: error: ") and "device 'cpu'" in err
+    assert "Traceback" not in err
+    assert cli.main(["unpack", str(tmp_path / "nothing"), "--site", str(tmp_path / "s")]) == 2
+    assert "no manifest" in capsys.readouterr().err
