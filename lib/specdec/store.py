@@ -24,13 +24,13 @@ temperature, max_tokens     sampling
 compilation                 compilation config as JSON ("default" when vLLM's own)
 repeat                      0-based index of the timed repeat (warm-ups are not stored)
 status, error               "ok" or "failed"; the exception text for failures
-wall_s                      seconds for the whole ``generate`` call
-num_requests                requests in the call (== batch_size)
-num_prompt_tokens           prompt tokens in the call
-num_output_tokens           generated tokens in the call
+wall_s                      seconds of the repeat's ``generate`` calls, summed (runner docstring)
+num_requests                requests in the repeat (one pass: calls x batch_size)
+num_prompt_tokens           prompt tokens in the repeat
+num_output_tokens           generated tokens in the repeat
 output_tokens_per_s         num_output_tokens / wall_s
-tpot_ms                     ms per output token of one request: 1000*wall_s/(num_output_tokens/num_requests)
-spec_num_drafts             delta of vllm:spec_decode_num_drafts over the call
+tpot_ms                     ms per output token of one request: 1000*wall_s/(num_output_tokens/batch_size)
+spec_num_drafts             delta of vllm:spec_decode_num_drafts over the repeat
 spec_num_draft_tokens       delta of vllm:spec_decode_num_draft_tokens
 spec_num_accepted_tokens    delta of vllm:spec_decode_num_accepted_tokens
 spec_accepted_per_pos       delta of vllm:spec_decode_num_accepted_tokens_per_pos, by position

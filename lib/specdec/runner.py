@@ -1,0 +1,394 @@
+"""The one measurement harness: profile -> cells -> engine subprocesses -> stored rows.
+
+Protocol (the same on CPU and GPU):
+
+1. ``specdec.validate.preflight(profile)`` (where that module exists) rejects bad input
+   before any engine starts.
+2. The profile's experiments expand to cells (:func:`specdec.profiles.expand`); cells
+   already stored with ``status == "ok"`` are skipped unless ``force``.
+3. Cells are grouped by engine (method, K). Each group runs in its own subprocess
+   (``python -m specdec.worker``) that builds one ``vllm.LLM`` and measures every cell of
+   the group, so a crash, OOM or timeout loses one engine, not the campaign: the cells it
+   did not finish are stored as ``status == "failed"`` rows with the error tail, and the
+   next ``run`` retries them.
+4. Inside the engine, for each cell:
+
+   - a **pass** is one sweep over the workload's prompts in ``generate()`` calls of exactly
+     ``batch_size`` requests, one call after another; when ``batch_size`` exceeds (or does
+     not divide) the number of prompts, prompts are cycled to fill the calls
+     (:func:`specdec.workloads.batches`);
+   - **warm-up**: ``profile.warmup`` passes at the cell's batch size, not stored (they also
+     fill the prefix cache, so every timed pass sees the same cache state);
+   - **timed repeat**: one pass, timed with ``time.perf_counter`` around each ``generate``
+     call (``wall_s`` is the sum); ``profile.repeats`` of them, one stored row each.
+     ``output_tokens_per_s = num_output_tokens / wall_s``; ``tpot_ms = 1000 * wall_s /
+     (num_output_tokens / batch_size)`` (time per output token of one request);
+   - acceptance counters are the deltas of ``LLM.get_metrics()`` around each timed repeat
+     (``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``, ``..._num_accepted_tokens``,
+     ``..._num_accepted_tokens_per_pos``); null for the baseline;
+   - the output token ids of every request of the first timed repeat go to the tokens table
+     (the losslessness check compares them with the baseline's);
+   - peak memory: ``torch.cuda.max_memory_allocated`` since the cell began (GPU), else the
+     engine process's RSS high-water mark (CPU: monotonic over the engine's cells).
+
+Each cell is written as soon as it finishes (resume granularity = one cell).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from . import models, paths, profiles, store
+from .profiles import Cell, Profile
+from .provenance import collect, now_utc
+
+ERROR_TAIL = 4000
+
+
+# --------------------------------------------------------------------------- #
+# Cells and their stored identity
+# --------------------------------------------------------------------------- #
+def experiment_tags(profile: Profile) -> dict[Cell, list[str]]:
+    tags: dict[Cell, list[str]] = {}
+    for e in profile.experiments:
+        for c in profiles.expand(profile, [e.name]):
+            tags.setdefault(c, []).append(e.name)
+    return tags
+
+
+def compilation_label(profile: Profile) -> str:
+    cc = profile.engine.compilation_config
+    return "default" if cc is None else json.dumps(cc, sort_keys=True)
+
+
+def identity(profile: Profile, cell: Cell, tags: dict[Cell, list[str]] | None = None) -> dict:
+    """The identity columns shared by a cell's runs and tokens rows."""
+    tags = experiment_tags(profile) if tags is None else tags
+    return {
+        "profile": profile.name,
+        "cell_id": profiles.cell_id(profile, cell),
+        "config_hash": profiles.config_hash(profiles.cell_config(profile, cell)),
+        "experiment_tags": tags.get(cell, []),
+        "method": cell.method,
+        "draft": profile.method(cell.method).draft,
+        "num_speculative_tokens": cell.num_speculative_tokens,
+        "batch_size": cell.batch_size,
+        "workload": cell.workload,
+        "temperature": cell.temperature,
+        "max_tokens": profile.sampling.max_tokens,
+        "compilation": compilation_label(profile),
+    }
+
+
+_MEASURED = [f.name for f in store.RUNS_SCHEMA
+             if f.name not in {f2.name for f2 in store.TOKENS_SCHEMA}]
+
+
+def failed_row(ident: dict, error: str, prov: dict) -> dict:
+    row = {**ident, **prov, "timestamp_utc": now_utc()}
+    for col in _MEASURED:
+        row[col] = None
+    row.update(repeat=0, status="failed", error=error[-ERROR_TAIL:])
+    return row
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedCell:
+    cell: Cell
+    cell_id: str
+    status: str  # stored status before this run: ok | failed | missing
+    will_run: bool
+
+
+def plan(profile: Profile, experiments: Sequence[str] | None = None, force: bool = False,
+         results_root: Path | None = None, cells: Sequence[str] | None = None) -> list[PlannedCell]:
+    """The cells of the chosen experiments (and, if given, whose id matches a ``cells`` glob)."""
+    import fnmatch
+
+    out = []
+    for c in profiles.expand(profile, experiments):
+        cid = profiles.cell_id(profile, c)
+        if cells and not any(fnmatch.fnmatchcase(cid, pat) for pat in cells):
+            continue
+        st = store.cell_status(profile.name, cid, results_root)
+        out.append(PlannedCell(c, cid, st, force or st != "ok"))
+    return out
+
+
+def retag(profile: Profile, done: Iterable[PlannedCell], results_root: Path | None = None) -> int:
+    """Rewrite ``experiment_tags`` of stored cells whose tags the profile has since changed.
+
+    Tags are derived from the profile (which experiments contain the cell), not measured;
+    an experiment that gains an already-measured cell must not make it invisible to its
+    chapter. Measurements are left untouched; returns the number of cells retagged.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tags = experiment_tags(profile)
+    n = 0
+    for pc in done:
+        want = tags.get(pc.cell, [])
+        for path, schema in ((store.runs_path(profile.name, pc.cell_id, results_root), store.RUNS_SCHEMA),
+                             (store.tokens_path(profile.name, pc.cell_id, results_root), store.TOKENS_SCHEMA)):
+            if not path.exists():
+                continue
+            table = pq.read_table(path)
+            have = table.column("experiment_tags").to_pylist()
+            if all(sorted(t or []) == sorted(want) for t in have):
+                continue
+            col = pa.array([want] * table.num_rows, type=schema.field("experiment_tags").type)
+            i = table.schema.get_field_index("experiment_tags")
+            store.atomic_write_table(table.set_column(i, schema.field("experiment_tags"), col), path)
+            n += path.name.endswith(".runs.parquet")
+    return n
+
+
+def status(profile: Profile, results_root: Path | None = None) -> dict[str, dict[str, int]]:
+    """done / failed / missing cell counts per experiment (and for all of them)."""
+    out = {}
+    for name in [e.name for e in profile.experiments] + [None]:
+        counts = {"ok": 0, "failed": 0, "missing": 0}
+        for pc in plan(profile, [name] if name else None, results_root=results_root):
+            counts[pc.status] += 1
+        out[name or "(all)"] = counts
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Running
+# --------------------------------------------------------------------------- #
+def _preflight(profile: Profile) -> None:
+    try:
+        validate = importlib.import_module("specdec.validate")
+    except ModuleNotFoundError as e:
+        if e.name != "specdec.validate":
+            raise
+        return
+    validate.preflight(profile)
+
+
+def default_worker() -> list[str]:
+    return [sys.executable, "-m", "specdec.worker"]
+
+
+def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int],
+                cells: list[PlannedCell], tags, results_root: Path | None) -> dict:
+    method, k = key
+    m = profile.method(method)
+    target = models.resolve_model(profile, profile.target.name)
+    draft = models.resolve_model(profile, m.draft) if m.draft else None
+    tokenizer = None if profile.engine.skip_tokenizer_init else models.tokenizer_path(profile)
+    return {
+        "profile_path": str(profile_path),
+        "results_root": str(results_root) if results_root else None,
+        "engine": dataclasses.asdict(profile.engine),
+        "env": dict(profile.engine.env),
+        "sampling": dataclasses.asdict(profile.sampling),
+        "target_path": target,
+        "tokenizer": tokenizer,
+        "speculative_config": profiles.speculative_config(profile, method, k, draft),
+        "cells": [{"cell": dataclasses.asdict(pc.cell), "identity": identity(profile, pc.cell, tags)}
+                  for pc in cells],
+    }
+
+
+def _run_group(cmd: list[str], spec: dict, env: dict, timeout: float, log_path: Path,
+               on_event: Callable[[dict], None]) -> tuple[int | None, str]:
+    """Run one engine subprocess; returns (exit code or None on timeout, output tail)."""
+    from .worker import EVENT_PREFIX
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, spec_file = tempfile.mkstemp(prefix="specdec-spec-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(spec, fh)
+    tail: deque[str] = deque(maxlen=200)
+    try:
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([*cmd, spec_file], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, env=env,
+                                    start_new_session=True)
+
+            def pump():
+                for line in proc.stdout:
+                    log.write(line)
+                    log.flush()
+                    if line.startswith(EVENT_PREFIX):
+                        try:
+                            on_event(json.loads(line[len(EVENT_PREFIX):]))
+                        except ValueError:
+                            tail.append(line)
+                    else:
+                        tail.append(line)
+
+            reader = threading.Thread(target=pump, daemon=True)
+            reader.start()
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                rc = None
+            reader.join(timeout=30)
+    finally:
+        Path(spec_file).unlink(missing_ok=True)
+    return rc, "".join(tail)
+
+
+def run(profile: Profile | str, experiments: Sequence[str] | None = None, force: bool = False,
+        dry_run: bool = False, results_root: Path | None = None, timeout: float | None = None,
+        worker: list[str] | None = None, out=None,
+        cells: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """Measure every pending cell of ``profile``; returns cell ids by outcome.
+
+    ``cells``: only cells whose id matches one of these globs (e.g. to ``force`` a rerun of
+    a few noisy cells). ``worker`` replaces the engine subprocess command (tests inject a
+    fake one).
+    """
+    out = out or sys.stdout
+    if isinstance(profile, str):
+        profile_path = Path(profile) if Path(profile).suffix else paths.PROFILES_DIR / f"{profile}.yaml"
+        profile = profiles.load_profile(profile)
+    else:
+        profile_path = paths.PROFILES_DIR / f"{profile.name}.yaml"
+    if experiments:
+        for e in experiments:
+            profile.experiment(e)  # unknown experiment: ProfileError naming it
+    _preflight(profile)
+    results_root = Path(results_root) if results_root else None
+    planned = plan(profile, experiments, force, results_root, cells)
+    if cells and not planned:
+        raise profiles.ProfileError(f"--cell: no cell of {profile.name} matches {', '.join(cells)}")
+    todo = [pc for pc in planned if pc.will_run]
+    groups: dict[tuple[str, int], list[PlannedCell]] = {}
+    for key, cells in profiles.engine_groups(pc.cell for pc in todo).items():
+        by_cell = {pc.cell: pc for pc in todo}
+        groups[key] = [by_cell[c] for c in cells]
+    result = {"ok": [], "failed": [], "skipped": [pc.cell_id for pc in planned if not pc.will_run]}
+    if not dry_run:
+        retag(profile, [pc for pc in planned if not pc.will_run], results_root)
+
+    print(f"{profile.name}: {len(planned)} cells, {len(result['skipped'])} done, "
+          f"{len(todo)} to run in {len(groups)} engine(s)", file=out, flush=True)
+    if dry_run:
+        for (method, k), cells in groups.items():
+            print(f"  engine {method} K={k}:", file=out)
+            for pc in cells:
+                c = pc.cell
+                print(f"    {pc.cell_id}  [{pc.status}]  batch={c.batch_size} "
+                      f"workload={c.workload} T={c.temperature:g}", file=out)
+        for pc in planned:
+            if not pc.will_run:
+                print(f"  done: {pc.cell_id}", file=out)
+        return result
+    if not todo:
+        return result
+
+    from tqdm import tqdm
+
+    tags = experiment_tags(profile)
+    cmd = worker or default_worker()
+    logs = paths.CACHE_DIR / "logs" / profile.name
+    prov = collect()
+    bar = tqdm(total=len(todo), desc=profile.name, unit="cell", file=out, dynamic_ncols=True)
+    try:
+        for (method, k), cells in groups.items():
+            finished: set[str] = set()
+            errors: dict[str, str] = {}
+
+            def on_event(ev, method=method, k=k):
+                cid = ev.get("cell_id")
+                if ev["event"] == "engine_ready":
+                    bar.write(f"[{method} K={k}] engine ready in {ev['engine_start_s']:.1f}s")
+                elif ev["event"] == "cell_done":
+                    finished.add(cid)
+                    acc = ev.get("acceptance")
+                    acc_s = f", acceptance {acc:.1%}" if acc is not None else ""
+                    bar.write(f"  ok  {cid}: {ev['tok_s']:.1f} tok/s{acc_s}")
+                    bar.update(1)
+                elif ev["event"] == "cell_failed":
+                    errors[cid] = ev.get("error", "")
+
+            t0 = time.perf_counter()
+            spec = _group_spec(profile, profile_path, (method, k), cells, tags, results_root)
+            env = {**os.environ, **{k2: str(v) for k2, v in profile.engine.env.items()},
+                   "PYTHONUNBUFFERED": "1"}
+            limit = timeout or profile.engine.timeout_s
+            rc, tail = _run_group(cmd, spec, env, limit, logs / f"{method}-k{k}.log", on_event)
+            if rc is None:
+                reason = f"engine subprocess timed out after {limit:.0f}s"
+            elif rc != 0:
+                reason = f"engine subprocess exited with code {rc}"
+            else:
+                reason = "engine subprocess ended without finishing this cell"
+            for pc in cells:
+                if pc.cell_id in finished:
+                    result["ok"].append(pc.cell_id)
+                    continue
+                err = errors.get(pc.cell_id) or f"{reason}\n{tail}"
+                ident = identity(profile, pc.cell, tags)
+                if store.is_done(profile.name, pc.cell_id, results_root):
+                    # A forced rerun failed: keep the earlier good rows rather than destroy them.
+                    bar.write(f"  FAILED (kept earlier ok rows) {pc.cell_id}: {err.strip().splitlines()[-1:]}")
+                else:
+                    store.write_cell(profile.name, pc.cell_id, [failed_row(ident, err, prov)],
+                                     root=results_root)
+                    bar.write(f"  FAILED {pc.cell_id}: {(err.strip().splitlines() or [''])[-1]}")
+                result["failed"].append(pc.cell_id)
+                bar.update(1)
+            bar.write(f"[{method} K={k}] {time.perf_counter() - t0:.0f}s")
+    finally:
+        bar.close()
+    print(f"{profile.name}: {len(result['ok'])} ok, {len(result['failed'])} failed, "
+          f"{len(result['skipped'])} skipped", file=out, flush=True)
+    return result
+
+
+# --------------------------------------------------------------------------- #
+# CLI
+# --------------------------------------------------------------------------- #
+def _cmd_run(args) -> int:
+    res = run(args.profile, experiments=args.experiment or None, force=args.force,
+              dry_run=args.dry_run, results_root=args.results_root, timeout=args.timeout,
+              cells=args.cell)
+    return 1 if res["failed"] else 0
+
+
+def _cmd_status(args) -> int:
+    prof = profiles.load_profile(args.profile)
+    counts = status(prof, args.results_root)
+    width = max(len(k) for k in counts)
+    print(f"{'experiment':<{width}}  {'done':>5} {'failed':>6} {'missing':>7}")
+    for name, c in counts.items():
+        print(f"{name:<{width}}  {c['ok']:>5} {c['failed']:>6} {c['missing']:>7}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("run", help="measure the pending cells of a profile")
+    p.add_argument("profile", help="profile name (profiles/<name>.yaml) or path")
+    p.add_argument("--experiment", "-e", action="append", help="only this experiment (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="list the cells and engines, run nothing")
+    p.add_argument("--force", action="store_true", help="rerun cells that are already done")
+    p.add_argument("--cell", action="append", metavar="GLOB",
+                   help="only cells whose id matches (repeatable), e.g. 'ngram-k1-*'")
+    p.add_argument("--results-root", type=Path, default=None, help="instead of data/results")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per engine subprocess (default: the profile's engine.timeout_s)")
+    p.set_defaults(func=_cmd_run)
+
+    s = subparsers.add_parser("status", help="done/failed/missing cells per experiment")
+    s.add_argument("profile")
+    s.add_argument("--results-root", type=Path, default=None)
+    s.set_defaults(func=_cmd_status)

