@@ -146,9 +146,29 @@ def test_temperature_rule_reads_acceptance_per_temperature(ledger, tmp_path):
         store.write_cell("cpu-smollm2", f"s{tag}", _runs("cpu-smollm2", f"s{tag}", "ngram", 3, 1,
                                                           100.0, "temperature", t, acc),
                          root=tmp_path)
-    d = claims.derive_verdict(_claim(ledger, "C26"), root=tmp_path)
+    pending = {**_claim(ledger, "C26"), "verdict": "pending-measurement"}
+    d = claims.derive_verdict(pending, root=tmp_path)
     assert d["verdict"] == "reproduced", d
     assert "T=0 40%" in d["observed"] and "T=1 10%" in d["observed"]
+
+
+def test_rows_beside_a_failed_sanity_bound_decide_nothing(ledger, tmp_path):
+    """draft-self must accept ~100%; at T=1 it accepts 20% here, so the T rows are refused."""
+    for t, acc, self_acc in ((0.0, 12, 30), (1.0, 3, 6)):  # of 30 draft tokens per repeat
+        tag = f"{t:g}".replace(".", "p")
+        store.write_cell("cpu-smollm2", f"b{tag}", _runs("cpu-smollm2", f"b{tag}", "baseline", 0,
+                                                          1, 100.0, "temperature", t),
+                         root=tmp_path)
+        store.write_cell("cpu-smollm2", f"s{tag}", _runs("cpu-smollm2", f"s{tag}", "ngram", 3, 1,
+                                                          100.0, "temperature", t, acc),
+                         root=tmp_path)
+        store.write_cell("cpu-smollm2", f"d{tag}", _runs("cpu-smollm2", f"d{tag}", "draft-self",
+                                                          3, 1, 60.0, "temperature", t, self_acc),
+                         root=tmp_path)
+    pending = {**_claim(ledger, "C26"), "verdict": "pending-measurement"}
+    d = claims.derive_verdict(pending, root=tmp_path)
+    assert d["verdict"] == "pending-measurement", d
+    assert "sanity bound failed" in d["observed"] and "T=1" in d["observed"]
 
 
 # -- the API checks, live against the installed vLLM ---------------------------------------- #

@@ -798,6 +798,26 @@ def _close(ours: float, theirs: float) -> bool:
     return abs(ours - theirs) <= TOLERANCE * abs(theirs)
 
 
+#: The target used as its own draft must accept at least this share of its draft tokens.
+SANITY_ACCEPTANCE = 0.95
+
+
+def failed_sanity_bound(bound_rows, derive: dict) -> str | None:
+    """Why the bound-method cells of the rule's experiments fail the sanity bound, or None.
+
+    ``derive.bound_methods`` are drafts identical to the target (``draft-self``): any cell of
+    them accepting less than :data:`SANITY_ACCEPTANCE` means the engine mis-samples there.
+    """
+    df = in_experiments(bound_rows, derive["experiments"])
+    if df.empty:
+        return None
+    bad = df[df["acceptance_rate"] < SANITY_ACCEPTANCE]
+    if bad.empty:
+        return None
+    return "; ".join(f"{r.method} at T={r.temperature:g}, K={r.num_speculative_tokens}: "
+                     f"{r.acceptance_rate:.0%} accepted" for r in bad.itertuples())
+
+
 def in_experiments(df, experiments):
     """Rows tagged with any of ``experiments``."""
     wanted = set(experiments)
@@ -932,15 +952,27 @@ def derive_verdict(claim: dict, root: Path | None = None) -> dict[str, Any]:
     bounds = list(derive.get("bounds", []))
     summ = summary(list(derive["profiles"]) + bounds, root)
     got = bound = None
+    insane = None
     if summ is not None:
         bound_method = summ["method"].isin(derive.get("bound_methods", []))
         real = summ["profile"].isin(derive["profiles"]) & ~bound_method
+        insane = failed_sanity_bound(summ[summ["profile"].isin(derive["profiles"])
+                                          & bound_method], derive)
         got = rule(summ[real], derive, article)
         if bounds or derive.get("bound_methods"):
             bound = rule(summ[~real], derive, article)
     where = f"{', '.join(derive['profiles'])} experiment(s) {', '.join(derive['experiments'])}"
     text = base["observed"]
     ev = list(base["evidence"])
+    if insane is not None:
+        # The target as its own draft must accept ~everything; where it does not, the engine
+        # itself is broken for those cells and nothing beside them can decide the claim.
+        text += (f" Rows of {where} are not used: the sanity bound failed ({insane}), so they "
+                 f"measure an engine fault, not the claim.")
+        ev.append(f"rows: {where} (sanity bound failed)")
+        verdict = base["verdict"]
+        return {**base, "verdict": verdict, "observed": text, "evidence": ev,
+                "basis": "pending" if verdict == "pending-measurement" else "ledger"}
     if got is None:
         text += f" Measured figure: no measured rows yet for {where}."
     else:
