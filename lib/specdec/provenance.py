@@ -83,7 +83,9 @@ def collect() -> dict[str, Any]:
     device, driver = _gpu()
     dirty = os.environ.get("SPECDEC_DIRTY")
     if dirty is None:
-        status = _git("status", "--porcelain", "--untracked-files=no")
+        # The code and configuration that shape a measurement, new files included.
+        status = _git("status", "--porcelain", "--", "lib", "profiles", "notebooks",
+                      "pyproject.toml", "data/model_configs")
         dirty_flag = bool(status) if status is not None else None
     else:
         dirty_flag = dirty == "1"
