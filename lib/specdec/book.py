@@ -416,8 +416,6 @@ def compact(df, columns: Mapping[str, str], precision: int = 3):
     """A narrow table for a page: the chosen identity ``columns`` (renamed), then the
     standard measured quantities present in ``df`` as short formatted strings
     (throughput and speedup with their interval, acceptance in %, the unstable flag)."""
-    import pandas as pd
-
     out = df[[c for c in columns if c in df.columns]].rename(columns=dict(columns)).copy()
 
     def interval(mid, lo, hi, spec, suffix=""):

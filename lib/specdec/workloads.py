@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .profiles import Profile, ProfileError, Workload
+from .profiles import Profile, Workload
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def _repeat(n: int, copies: int) -> list[tuple[str, str]]:
     for i in range(n):
         items = _REPEAT_ITEMS[i % len(_REPEAT_ITEMS)]
         block = "\n".join(f"{j + 1}. {x}" for j, x in enumerate(items))
-        text = f"The same list, written out again and again:\n\n" + "\n\n".join([block] * copies)
+        text = "The same list, written out again and again:\n\n" + "\n\n".join([block] * copies)
         out.append((f"repeat-{i}", text + "\n\n"))
     return out
 
