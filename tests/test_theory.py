@@ -131,3 +131,14 @@ def test_fit_on_no_cells_reports_nothing_without_crashing():
     res = theory.fit(df, [])
     assert res.params.empty and res.predictions.empty
     assert res.error_of("test")["n"] == 0
+
+
+def test_break_even_alpha():
+    # Free draft (c=0) with cheap verification pays at any acceptance.
+    assert theory.break_even_alpha(0.0) < 1e-5
+    # c=0.1, K=1: (1+a)/(1.1) > 1  <=>  a > 0.1; larger K cannot do better at that alpha.
+    assert abs(theory.break_even_alpha(0.1) - 0.1) < 1e-4
+    # c=0.5: K=1 pays once (1+a)/1.5 > 1, i.e. a > 0.5 (K=2 needs a > 0.618).
+    assert abs(theory.break_even_alpha(0.5) - 0.5) < 1e-4
+    # A draft as costly as the target never pays: E(a, K) < K + 1 = c*K + 1 for every a < 1.
+    assert theory.break_even_alpha(1.0) == 1.0

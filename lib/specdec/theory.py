@@ -313,3 +313,26 @@ def what_if(cost_ratio: float, ks: Sequence[int] = (1, 2, 3, 4, 5, 8),
             "cost_ratio": float(cost_ratio), "verify_intercept": float(verify_intercept),
             "kind": "prediction"}))
     return pd.concat(rows, ignore_index=True)
+
+
+def break_even_alpha(cost_ratio: float, k_max: int = 16, verify_intercept: float = 1.0,
+                     tol: float = 1e-6) -> float:
+    """The smallest per-token acceptance alpha at which some K in 1..k_max beats plain decoding.
+
+    A prediction from :func:`walltime_speedup` (speedup rises with alpha at every K, so the
+    answer is found by bisection). Returns 1.0 when no alpha < 1 pays (e.g. a draft as costly
+    as the target with verification at least one decode step).
+    """
+    def pays(alpha: float) -> bool:
+        ks = np.arange(1, int(k_max) + 1)
+        return bool(np.max(walltime_speedup(alpha, ks, cost_ratio, verify_intercept)) > 1.0)
+
+    lo, hi = 0.0, 1.0 - 1e-9
+    if pays(lo):
+        return 0.0
+    if not pays(hi):
+        return 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if pays(mid) else (mid, hi)
+    return hi
