@@ -113,7 +113,7 @@ def test_theory_vs_measured_and_what_if(speedups, tmp_path):
 @pytest.mark.parametrize("fn", [plots.speedup_vs_k, plots.acceptance_vs_k, plots.speedup_vs_batch,
                                 plots.throughput_vs_batch, plots.method_comparison,
                                 plots.acceptance_per_position, plots.theory_vs_measured,
-                                plots.what_if_acceptance])
+                                plots.what_if_acceptance, plots.acceptance_vs_temperature])
 def test_empty_input_says_no_data(fn, tmp_path):
     from specdec import store
     no_rows = metrics.with_speedup(metrics.summarize(store.RUNS_SCHEMA.empty_table().to_pandas()))
@@ -123,6 +123,32 @@ def test_empty_input_says_no_data(fn, tmp_path):
         assert "no data" in [t.get_text() for t in fig.axes[0].texts]
         assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
         assert rendered(fig, tmp_path, fn.__name__)
+
+
+def test_acceptance_vs_temperature(tmp_path):
+    spec = dict(drafts=10, draft_tokens=30)
+    rows = []
+    for t, acc in ((0.0, 18), (1.0, 6)):
+        rows += cell("baseline", 0, [100] * 3, temperature=t)
+        rows += cell("ngram", 3, [120] * 3, temperature=t, accepted=acc, **spec)
+    summ = metrics.summarize(load(rows, tmp_path))
+    fig = plots.acceptance_vs_temperature(summ)
+    line = fig.axes[0].lines[0]
+    assert list(line.get_xdata()) == [0.0, 1.0]
+    assert np.allclose(line.get_ydata(), [60.0, 20.0])  # 18/30 and 6/30, in percent
+    assert fig.axes[0].get_xlabel() == "sampling temperature"
+    assert rendered(fig, tmp_path, "temperature")
+
+
+def test_verdict_counts_keeps_order_and_zeros(tmp_path):
+    ledger = pd.DataFrame({"verdict": ["reproduced", "contradicted", "contradicted"],
+                           "kind": ["api", "numeric", "api"]})
+    fig = plots.verdict_counts(ledger, ["reproduced", "contradicted", "pending"], ["api", "numeric"])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["reproduced", "contradicted", "pending"]
+    assert [t.get_text() for t in ax.texts] == ["1", "2", "0"]
+    assert "3 in all" in ax.get_xlabel()
+    assert rendered(fig, tmp_path, "verdicts")
 
 
 def test_palette_is_consistent_and_distinct():

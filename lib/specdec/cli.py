@@ -1,6 +1,6 @@
 """The ``specdec`` command. Subcommands come from the modules that own them.
 
-Each module listed in :data:`PLUGINS` that is present defines ``register(subparsers)``:
+Each module listed in :data:`PLUGINS` defines ``register(subparsers)``:
 runner -> ``run``, ``status``; book -> ``book``; bundle -> ``bundle``, ``unpack``,
 ``merge``; claims -> ``claims``.
 """
@@ -17,15 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in PLUGINS:
-        try:
-            mod = importlib.import_module(f"specdec.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"specdec.{name}":
-                continue  # that part of the study is not installed (yet)
-            raise
-        register = getattr(mod, "register", None)
-        if register is not None:
-            register(sub)
+        importlib.import_module(f"specdec.{name}").register(sub)
     return parser
 
 

@@ -246,6 +246,49 @@ def acceptance_vs_k(df: pd.DataFrame, y: str = "acceptance_rate",
     return fig
 
 
+def acceptance_vs_temperature(df: pd.DataFrame,
+                              title: str = "Acceptance vs temperature") -> Figure:
+    """Acceptance rate (%) against sampling temperature, one line per method. summarize rows."""
+    fig, ax = _figure(title, df if df is not None else pd.DataFrame(), "sampling temperature",
+                      "acceptance rate (accepted / draft tokens, %)")
+    need = ["method", "temperature", "acceptance_rate"]
+    if _is_empty(df, need) or _is_empty(_speculative(df), need):
+        _no_data(ax)
+        return fig
+    # acceptance is pooled engine counters: the throughput CV flag does not apply
+    _lines(ax, _speculative(df), "temperature", "acceptance_rate", scale=100.0, flags=())
+    ax.set_ylim(-2, 102)
+    return fig
+
+
+def verdict_counts(ledger: pd.DataFrame, verdicts: Sequence[str], kinds: Sequence[str],
+                   title: str = "Verdicts, claim by claim") -> Figure:
+    """Stacked horizontal bars: claims per verdict, split by kind of claim.
+
+    ``ledger``: one row per claim with ``verdict`` and ``kind`` columns
+    (:func:`specdec.claims.ledger_table`); ``verdicts``/``kinds`` fix the order, zeros kept.
+    """
+    set_theme()
+    fig = Figure(layout="constrained", figsize=(7.6, 3.4))
+    ax = fig.add_subplot()
+    fig.suptitle(title)
+    ax.set_xlabel(f"claims of the article ({len(ledger)} in all)")
+    if ledger is None or len(ledger) == 0:
+        _no_data(ax)
+        return fig
+    counts = (ledger.groupby(["verdict", "kind"]).size().unstack(fill_value=0)
+              .reindex(index=list(verdicts), columns=list(kinds), fill_value=0))
+    left = np.zeros(len(counts))
+    for kind, colour in zip(kinds, _palette()):
+        ax.barh(counts.index, counts[kind], left=left, color=colour, label=kind)
+        left += counts[kind].to_numpy()
+    for y, total in enumerate(left):
+        ax.text(total + 0.15, y, str(int(total)), va="center", fontsize="small")
+    ax.invert_yaxis()
+    ax.legend(title="kind", loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return fig
+
+
 def _batch_axis(ax, values) -> None:
     ax.set_xscale("log", base=2)
     _integer_ticks(ax, values)
