@@ -83,8 +83,54 @@ def test_expand_adds_one_shared_baseline_and_groups_engines():
     baselines = [c for c in cells if c.method == "baseline"]
     assert sorted(c.batch_size for c in baselines) == [1, 8]  # measured once, shared
     groups = P.engine_groups(cells)
-    assert set(groups) == {("baseline", 0), ("ngram", 2), ("ngram", 4)}
-    assert [c.batch_size for c in groups[("ngram", 2)]] == [1, 8]
+    assert set(groups) == {("baseline", 0, False), ("ngram", 2, False), ("ngram", 4, False)}
+    assert [c.batch_size for c in groups[("ngram", 2, False)]] == [1, 8]
+
+
+def test_set_acceptance_cells_share_one_engine_per_method_and_k():
+    data = _minimal()
+    data["experiments"].append({"name": "surface", "description": "d", "methods": ["ngram"],
+                                "num_speculative_tokens": [3], "batch_sizes": [1, 4],
+                                "workloads": ["w"], "acceptance": [0.0, 0.5, 1.0]})
+    data["experiments"].append({"name": "natural", "description": "d", "methods": ["ngram"],
+                                "num_speculative_tokens": [3], "batch_sizes": [1],
+                                "workloads": ["w"]})
+    p = P.profile_from_dict(data)
+    groups = P.engine_groups(P.expand(p, ["surface", "natural"]))
+    synthetic = groups[("ngram", 3, True)]
+    # alpha varies fastest, batch next: one warm-up per batch size serves its alphas
+    assert [(c.batch_size, c.acceptance) for c in synthetic] == [
+        (1, 0.0), (1, 0.5), (1, 1.0), (4, 0.0), (4, 0.5), (4, 1.0)]
+    assert [c.acceptance for c in groups[("ngram", 3, False)]] == [None]  # its own engine
+    cfg = P.speculative_config(p, "ngram", 3, acceptance=0.5)
+    assert cfg["rejection_sample_method"] == "synthetic"
+    assert cfg["synthetic_acceptance_rates"] == [0.5, 0.25, 0.125]
+    ids = {P.cell_id(p, c) for c in synthetic}
+    assert len(ids) == 6 and any("-a0p5-" in i for i in ids)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"acceptance": [1.5]}, r"experiments\[1\].acceptance: alpha must lie in \[0, 1\]"),
+    ({"methods": ["baseline"], "acceptance": [0.5]}, "does not speculate"),
+])
+def test_bad_acceptance_grids_are_refused(bad, match):
+    data = _minimal()
+    exp = {"name": "s", "description": "d", "methods": ["ngram"], "num_speculative_tokens": [2],
+           "batch_sizes": [1], "workloads": ["w"], **bad}
+    data["experiments"].append(exp)
+    with pytest.raises(P.ProfileError, match=match):
+        P.profile_from_dict(data)
+
+
+def test_acceptance_grid_and_method_template_cannot_both_set_rates():
+    data = _minimal()
+    data["methods"].append({"name": "ng2", "speculative": {
+        "method": "ngram", "rejection_sample_method": "standard"}})
+    data["experiments"].append({"name": "s", "description": "d", "methods": ["ng2"],
+                                "num_speculative_tokens": [2], "batch_sizes": [1],
+                                "workloads": ["w"], "acceptance": [0.5]})
+    with pytest.raises(P.ProfileError, match="rejection_sample_method"):
+        P.profile_from_dict(data)
 
 
 def test_cell_ids_are_stable_and_config_sensitive():

@@ -26,7 +26,8 @@ from .profiles import BASELINE
 
 #: Columns that identify one cell (one stored runs file).
 CELL_KEYS = ["profile", "cell_id", "config_hash", "method", "draft", "num_speculative_tokens",
-             "batch_size", "workload", "temperature", "max_tokens", "compilation"]
+             "batch_size", "workload", "temperature", "max_tokens", "compilation",
+             "acceptance_alpha"]
 #: A speculative cell is compared with the baseline cell that agrees on these.
 #: Greedy outputs and speed legitimately differ across compilation modes, so
 #: ``compilation`` is part of the key.
@@ -41,6 +42,7 @@ SUMMARY_COLUMNS = CELL_KEYS + [
     "spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens",
     "acceptance_rate", "mean_acceptance_length", "accepted_per_pos_rate",
     "peak_memory_bytes", "kv_cache_bytes", "engine_start_s",
+    "model_weight_bytes", "draft_weight_bytes", "kv_cache_tokens", "model_runner",
 ] + PROVENANCE_SUMMARY + ["timestamp_utc"]
 
 SPEEDUP_COLUMNS = ["baseline_cell_id", "baseline_tok_s", "baseline_tok_s_ci_low",
@@ -147,9 +149,11 @@ def summarize(runs_df: pd.DataFrame, cv_threshold: float = stats.CV_THRESHOLD) -
             if has_drafts and per_pos is not None else None,
         )
         for col, fn in (("peak_memory_bytes", "max"), ("kv_cache_bytes", "max"),
-                        ("engine_start_s", "median")):
+                        ("engine_start_s", "median"), ("model_weight_bytes", "max"),
+                        ("draft_weight_bytes", "max"), ("kv_cache_tokens", "max")):
             v = pd.to_numeric(g[col], errors="coerce") if col in g else pd.Series(dtype=float)
             row[col] = float(getattr(v, fn)()) if v.notna().any() else float("nan")
+        row["model_runner"] = _joined(g["model_runner"]) if "model_runner" in g else None
         for col in PROVENANCE_SUMMARY:
             row[col] = _joined(g[col]) if col in g else None
         row["timestamp_utc"] = g["timestamp_utc"].max() if "timestamp_utc" in g else None
@@ -253,6 +257,60 @@ def with_speedup(summary_df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+#: A realised per-position rate further than this many binomial standard errors (plus
+#: ``ACCEPTANCE_SLACK``) from the set one flags the cell.
+ACCEPTANCE_Z = 4.0
+ACCEPTANCE_SLACK = 0.01
+ACCEPTANCE_CHECK_COLUMNS = ["set_acceptance_rate", "realised_acceptance_rate",
+                            "acceptance_max_z", "acceptance_follows_set"]
+
+
+def acceptance_check(summary_df: pd.DataFrame) -> pd.DataFrame:
+    """Does each set-acceptance cell realise the acceptance it was set to?
+
+    Input: :func:`summarize` output (or anything with its columns). For a cell with
+    ``acceptance_alpha`` = a and K draft positions, position i (0-based) should be
+    accepted in a fraction a**(i+1) of drafts (the rates the worker set). Output: the
+    same rows plus ``set_acceptance_rate`` (mean over positions of a**(i+1), the
+    expected accepted / draft tokens), ``realised_acceptance_rate`` (the counters'
+    acceptance rate), ``acceptance_max_z`` (largest |realised - set| / binomial standard
+    error over positions; inf where a rate set to 0 or 1 was missed) and
+    ``acceptance_follows_set`` (True / False; None for natural-acceptance cells and cells
+    without drafts). A False means the rates did not take effect as set and the cell's
+    speed is not the speed at that alpha.
+    """
+    _require(summary_df, ["acceptance_alpha", "num_speculative_tokens", "spec_num_drafts",
+                          "accepted_per_pos_rate", "acceptance_rate"], "acceptance_check")
+    df = summary_df.copy()
+    cols = {c: [] for c in ACCEPTANCE_CHECK_COLUMNS}
+    for _, r in df.iterrows():
+        a, k, n = r["acceptance_alpha"], int(r["num_speculative_tokens"]), r["spec_num_drafts"]
+        rates = r["accepted_per_pos_rate"]
+        if a is None or pd.isna(a) or k <= 0:
+            vals = [float("nan"), r["acceptance_rate"], float("nan"), None]
+        elif rates is None or not (np.isfinite(n) and n > 0):
+            vals = [float(np.mean([a ** (i + 1) for i in range(k)])), float("nan"),
+                    float("nan"), None]
+        else:
+            zs = []
+            for i in range(k):
+                want = a ** (i + 1)
+                got = rates[i] if i < len(rates) else 0.0
+                se = np.sqrt(want * (1 - want) / n)
+                gap = abs(got - want)
+                zs.append(0.0 if gap <= ACCEPTANCE_SLACK else (gap - ACCEPTANCE_SLACK) / se
+                          if se > 0 else float("inf"))
+            z = float(max(zs))
+            vals = [float(np.mean([a ** (i + 1) for i in range(k)])), r["acceptance_rate"],
+                    z, bool(z <= ACCEPTANCE_Z)]
+        for c, v in zip(ACCEPTANCE_CHECK_COLUMNS, vals):
+            cols[c].append(v)
+    for c in ACCEPTANCE_CHECK_COLUMNS:
+        df[c] = pd.Series(cols[c], index=df.index,
+                          dtype=object if c == "acceptance_follows_set" else float)
+    return df
+
+
 def crossover_batch(speedup_df: pd.DataFrame) -> pd.DataFrame:
     """Batch size beyond which speculation stops paying, per speculative configuration.
 
@@ -266,7 +324,7 @@ def crossover_batch(speedup_df: pd.DataFrame) -> pd.DataFrame:
     crossover lies wholly below 1). Computed from measurements; no interpolation.
     """
     keys = ["profile", "method", "num_speculative_tokens", "workload", "temperature",
-            "compilation"]
+            "compilation", "acceptance_alpha"]
     columns = keys + ["batch_sizes", "last_paying_batch", "crossover_batch",
                       "crossover_ci_below_1"]
     _require(speedup_df, keys + ["batch_size", "speedup", "speedup_ci_high", "speedup_status"],
@@ -324,6 +382,9 @@ def compare_requests(tokens_df: pd.DataFrame) -> pd.DataFrame:
     columns = TOKEN_KEYS + ["prompt_id", "request_index", "baseline_cell_id", "output_len",
                             "baseline_len", "identical", "first_divergence"]
     greedy = tokens_df[tokens_df["temperature"] == 0]
+    if "acceptance_alpha" in greedy:
+        # Set acceptance accepts draft tokens the target would not emit: not lossless by design.
+        greedy = greedy[greedy["acceptance_alpha"].isna()]
     base_cells = _baseline_index(greedy.drop_duplicates("cell_id"), "compare_requests")
     base_out = {(r["cell_id"], r["prompt_id"], int(r["request_index"])): r["output_token_ids"]
                 for _, r in greedy[greedy["method"] == BASELINE].iterrows()}

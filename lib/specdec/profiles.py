@@ -144,6 +144,11 @@ class Experiment:
     workloads: tuple[str, ...]
     temperatures: tuple[float, ...] = (0.0,)
     include_baseline: bool = True
+    #: Set acceptance (synthetic rejection sampling): each alpha is Leviathan's independent
+    #: model, the unconditional rate of draft position i being alpha**(i+1). The proposer
+    #: and the verification run for real; only accept/reject is drawn. Empty = the
+    #: acceptance the models reach (standard rejection sampling).
+    acceptance: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -299,6 +304,19 @@ def _check_references(p: Profile) -> None:
         for t in e.temperatures:
             if t < 0:
                 raise ProfileError(f"{where}.temperatures: temperature must be >= 0, got {t}")
+        for a in e.acceptance:
+            if not 0.0 <= a <= 1.0:
+                raise ProfileError(f"{where}.acceptance: alpha must lie in [0, 1], got {a}")
+        if e.acceptance:
+            for m in e.methods:
+                spec = p.method(m).speculative
+                if spec is None:
+                    raise ProfileError(f"{where}.acceptance: method {m!r} does not speculate; "
+                                       "set acceptance only for speculative methods")
+                clash = sorted(set(spec) & SYNTHETIC_KEYS)
+                if clash:
+                    raise ProfileError(f"methods[{m}].speculative.{clash[0]}: set by the "
+                                       f"experiment's acceptance grid ({where}.acceptance)")
     if p.repeats < 3:
         raise ProfileError(f"repeats: at least 3 repeats are required, got {p.repeats}")
     if p.warmup < 1:
@@ -348,11 +366,19 @@ class Cell:
     batch_size: int
     workload: str
     temperature: float
+    #: Set acceptance alpha (synthetic rejection sampling); None = natural acceptance.
+    acceptance: float | None = None
 
     @property
-    def engine_key(self) -> tuple[str, int]:
-        """Cells with the same key share one engine (one subprocess)."""
-        return (self.method, self.num_speculative_tokens)
+    def engine_key(self) -> tuple[str, int, bool]:
+        """Cells with the same key share one engine (one subprocess): (method, K, synthetic).
+
+        Cells that differ only in their set acceptance share it: the worker rewrites the
+        rejection sampler's rates between cells (:func:`specdec.worker.set_synthetic_rates`)
+        and stores the acceptance the engine's counters realised beside the set one. A
+        natural-acceptance cell needs standard rejection sampling, hence its own engine.
+        """
+        return (self.method, self.num_speculative_tokens, self.acceptance is not None)
 
 
 BASELINE = "baseline"
@@ -377,22 +403,37 @@ def expand(profile: Profile, experiments: typing.Iterable[str] | None = None) ->
                             seen.setdefault(Cell(profile.name, m, 0, b, w, t))
                             continue
                         for k in e.num_speculative_tokens:
-                            seen.setdefault(Cell(profile.name, m, k, b, w, t))
+                            for a in e.acceptance or (None,):
+                                seen.setdefault(Cell(profile.name, m, k, b, w, t, a))
     return sorted(seen, key=lambda c: (c.method != BASELINE, c.method, c.num_speculative_tokens,
-                                       c.workload, c.temperature, c.batch_size))
+                                       c.workload, c.temperature, c.batch_size,
+                                       -1.0 if c.acceptance is None else c.acceptance))
 
 
-def engine_groups(cells: typing.Iterable[Cell]) -> dict[tuple[str, int], list[Cell]]:
-    groups: dict[tuple[str, int], list[Cell]] = {}
+def engine_groups(cells: typing.Iterable[Cell]) -> dict[tuple[str, int, bool], list[Cell]]:
+    groups: dict[tuple[str, int, bool], list[Cell]] = {}
     for c in cells:
         groups.setdefault(c.engine_key, []).append(c)
     for g in groups.values():
-        g.sort(key=lambda c: (c.workload, c.temperature, c.batch_size))
+        # Cells of one batch size run back to back, so one warm-up serves them all.
+        g.sort(key=lambda c: (c.workload, c.temperature, c.batch_size,
+                              -1.0 if c.acceptance is None else c.acceptance))
     return groups
 
 
-def speculative_config(profile: Profile, method: str, k: int, model_path: str | None = None):
-    """The ``speculative_config`` dict vLLM receives for (method, K), or None."""
+#: ``speculative_config`` keys that an experiment's acceptance grid sets.
+SYNTHETIC_KEYS = frozenset({"rejection_sample_method", "synthetic_acceptance_rates",
+                            "synthetic_acceptance_length"})
+
+
+def synthetic_rates(alpha: float, k: int) -> list[float]:
+    """Leviathan's independent model: position i (0-based) is reached with alpha**(i+1)."""
+    return [float(alpha) ** (i + 1) for i in range(k)]
+
+
+def speculative_config(profile: Profile, method: str, k: int, model_path: str | None = None,
+                       acceptance: float | None = None):
+    """The ``speculative_config`` dict vLLM receives for (method, K[, set alpha]), or None."""
     m = profile.method(method)
     if m.speculative is None:
         return None
@@ -400,6 +441,9 @@ def speculative_config(profile: Profile, method: str, k: int, model_path: str | 
     cfg["num_speculative_tokens"] = k
     if m.draft is not None:
         cfg["model"] = model_path or m.draft
+    if acceptance is not None:
+        cfg["rejection_sample_method"] = "synthetic"
+        cfg["synthetic_acceptance_rates"] = synthetic_rates(acceptance, k)
     return cfg
 
 
@@ -412,7 +456,8 @@ def cell_config(profile: Profile, cell: Cell) -> dict[str, Any]:
         "engine": dataclasses.asdict(profile.engine),
         "target": dataclasses.asdict(profile.target),
         "draft": dataclasses.asdict(draft) if draft else None,
-        "speculative_config": speculative_config(profile, cell.method, cell.num_speculative_tokens),
+        "speculative_config": speculative_config(profile, cell.method, cell.num_speculative_tokens,
+                                                 acceptance=cell.acceptance),
         "batch_size": cell.batch_size,
         "workload": dataclasses.asdict(profile.workload(cell.workload)),
         "sampling": {**dataclasses.asdict(profile.sampling), "temperature": cell.temperature},
@@ -430,5 +475,7 @@ def config_hash(config: Mapping[str, Any]) -> str:
 def cell_id(profile: Profile, cell: Cell) -> str:
     """A readable, fixed file stem for one cell; the hash keeps distinct configs apart."""
     t = f"{cell.temperature:g}".replace(".", "p")
+    a = "" if cell.acceptance is None else "-a" + f"{cell.acceptance:g}".replace(".", "p")
     h = config_hash(cell_config(profile, cell))[:8]
-    return f"{cell.method}-k{cell.num_speculative_tokens}-b{cell.batch_size}-{cell.workload}-t{t}-{h}"
+    return (f"{cell.method}-k{cell.num_speculative_tokens}-b{cell.batch_size}-{cell.workload}"
+            f"-t{t}{a}-{h}")

@@ -88,6 +88,7 @@ def identity(profile: Profile, cell: Cell, tags: dict[Cell, list[str]] | None = 
         "temperature": cell.temperature,
         "max_tokens": profile.sampling.max_tokens,
         "compilation": compilation_label(profile),
+        "acceptance_alpha": cell.acceptance,
     }
 
 
@@ -183,9 +184,9 @@ def default_worker() -> list[str]:
     return [sys.executable, "-m", "specdec.worker"]
 
 
-def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int],
+def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int, bool],
                 cells: list[PlannedCell], tags, results_root: Path | None) -> dict:
-    method, k = key
+    method, k, _synthetic = key
     m = profile.method(method)
     target = models.resolve_model(profile, profile.target.name)
     draft = models.resolve_model(profile, m.draft) if m.draft else None
@@ -198,10 +199,27 @@ def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int],
         "sampling": dataclasses.asdict(profile.sampling),
         "target_path": target,
         "tokenizer": tokenizer,
-        "speculative_config": profiles.speculative_config(profile, method, k, draft),
+        # A set-acceptance engine starts at its first cell's rates; the worker sets each
+        # cell's own before measuring it.
+        "speculative_config": profiles.speculative_config(profile, method, k, draft,
+                                                          acceptance=cells[0].cell.acceptance),
         "cells": [{"cell": dataclasses.asdict(pc.cell), "identity": identity(profile, pc.cell, tags)}
                   for pc in cells],
     }
+
+
+_CURRENT_ENGINE: list[subprocess.Popen] = []
+
+
+def _kill_engine_and_exit(signum, frame):
+    """SIGTERM/SIGINT: the engine runs in its own session, so take it down with us (it
+    would otherwise hold the GPU after we are gone); finished cells are already stored."""
+    for proc in _CURRENT_ENGINE:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    raise SystemExit(128 + signum)
 
 
 def _run_group(cmd: list[str], spec: dict, env: dict, timeout: float, log_path: Path,
@@ -219,6 +237,7 @@ def _run_group(cmd: list[str], spec: dict, env: dict, timeout: float, log_path: 
             proc = subprocess.Popen([*cmd, spec_file], stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, env=env,
                                     start_new_session=True)
+            _CURRENT_ENGINE[:] = [proc]
 
             def pump():
                 for line in proc.stdout:
@@ -242,6 +261,7 @@ def _run_group(cmd: list[str], spec: dict, env: dict, timeout: float, log_path: 
                 rc = None
             reader.join(timeout=30)
     finally:
+        _CURRENT_ENGINE.clear()
         Path(spec_file).unlink(missing_ok=True)
     return rc, "".join(tail)
 
@@ -249,12 +269,16 @@ def _run_group(cmd: list[str], spec: dict, env: dict, timeout: float, log_path: 
 def run(profile: Profile | str, experiments: Sequence[str] | None = None, force: bool = False,
         dry_run: bool = False, results_root: Path | None = None, timeout: float | None = None,
         worker: list[str] | None = None, out=None,
-        cells: Sequence[str] | None = None) -> dict[str, list[str]]:
+        cells: Sequence[str] | None = None, budget_s: float | None = None,
+        min_engine_s: float = 120.0) -> dict[str, list[str]]:
     """Measure every pending cell of ``profile``; returns cell ids by outcome.
 
     ``cells``: only cells whose id matches one of these globs (e.g. to ``force`` a rerun of
     a few noisy cells). ``worker`` replaces the engine subprocess command (tests inject a
-    fake one).
+    fake one). ``budget_s``: wall-clock seconds this run may take (a device lease): no
+    engine starts with less than ``min_engine_s`` left, and a running engine is stopped
+    when the budget is spent. Cells the budget cut are ``deferred``: left unstored (not
+    failed), so the next run measures them.
     """
     out = out or sys.stdout
     if isinstance(profile, str):
@@ -275,19 +299,21 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
     for key, cells in profiles.engine_groups(pc.cell for pc in todo).items():
         by_cell = {pc.cell: pc for pc in todo}
         groups[key] = [by_cell[c] for c in cells]
-    result = {"ok": [], "failed": [], "skipped": [pc.cell_id for pc in planned if not pc.will_run]}
+    result = {"ok": [], "failed": [], "deferred": [],
+              "skipped": [pc.cell_id for pc in planned if not pc.will_run]}
     if not dry_run:
         retag(profile, [pc for pc in planned if not pc.will_run], results_root)
 
     print(f"{profile.name}: {len(planned)} cells, {len(result['skipped'])} done, "
           f"{len(todo)} to run in {len(groups)} engine(s)", file=out, flush=True)
     if dry_run:
-        for (method, k), cells in groups.items():
-            print(f"  engine {method} K={k}:", file=out)
+        for (method, k, synthetic), cells in groups.items():
+            print(f"  engine {method} K={k}{' (set acceptance)' if synthetic else ''}:", file=out)
             for pc in cells:
                 c = pc.cell
+                a = "" if c.acceptance is None else f" alpha={c.acceptance:g}"
                 print(f"    {pc.cell_id}  [{pc.status}]  batch={c.batch_size} "
-                      f"workload={c.workload} T={c.temperature:g}", file=out)
+                      f"workload={c.workload} T={c.temperature:g}{a}", file=out)
         for pc in planned:
             if not pc.will_run:
                 print(f"  done: {pc.cell_id}", file=out)
@@ -301,16 +327,33 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
     cmd = worker or default_worker()
     logs = paths.CACHE_DIR / "logs" / profile.name
     prov = collect()
+    t_start = time.perf_counter()
+    old_handlers = ({sig: signal.signal(sig, _kill_engine_and_exit)
+                     for sig in (signal.SIGTERM, signal.SIGINT)}
+                    if threading.current_thread() is threading.main_thread() else {})
     bar = tqdm(total=len(todo), desc=profile.name, unit="cell", file=out, dynamic_ncols=True)
     try:
-        for (method, k), cells in groups.items():
+        for (method, k, synthetic), cells in groups.items():
             finished: set[str] = set()
             errors: dict[str, str] = {}
+            limit = timeout or profile.engine.timeout_s
+            budget_cut = False
+            if budget_s is not None:
+                left = budget_s - (time.perf_counter() - t_start)
+                if left < min_engine_s:
+                    result["deferred"] += [pc.cell_id for pc in cells]
+                    bar.write(f"[{method} K={k}] deferred: {left:.0f}s of the budget left")
+                    bar.update(len(cells))
+                    continue
+                budget_cut = left < limit
+                limit = min(limit, left)
 
             def on_event(ev, method=method, k=k):
                 cid = ev.get("cell_id")
                 if ev["event"] == "engine_ready":
-                    bar.write(f"[{method} K={k}] engine ready in {ev['engine_start_s']:.1f}s")
+                    facts = {x: ev.get(x) for x in ("model_runner", "draft_weight_bytes",
+                                                    "kv_cache_tokens") if ev.get(x) is not None}
+                    bar.write(f"[{method} K={k}] engine ready in {ev['engine_start_s']:.1f}s {facts}")
                 elif ev["event"] == "cell_done":
                     finished.add(cid)
                     acc = ev.get("acceptance")
@@ -321,11 +364,11 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
                     errors[cid] = ev.get("error", "")
 
             t0 = time.perf_counter()
-            spec = _group_spec(profile, profile_path, (method, k), cells, tags, results_root)
+            spec = _group_spec(profile, profile_path, (method, k, synthetic), cells, tags, results_root)
             env = {**os.environ, **{k2: str(v) for k2, v in profile.engine.env.items()},
                    "PYTHONUNBUFFERED": "1"}
-            limit = timeout or profile.engine.timeout_s
-            rc, tail = _run_group(cmd, spec, env, limit, logs / f"{method}-k{k}.log", on_event)
+            log_name = f"{method}-k{k}{'-synthetic' if synthetic else ''}.log"
+            rc, tail = _run_group(cmd, spec, env, limit, logs / log_name, on_event)
             if rc is None:
                 reason = f"engine subprocess timed out after {limit:.0f}s"
             elif rc != 0:
@@ -335,6 +378,10 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
             for pc in cells:
                 if pc.cell_id in finished:
                     result["ok"].append(pc.cell_id)
+                    continue
+                if rc is None and budget_cut and pc.cell_id not in errors:
+                    result["deferred"].append(pc.cell_id)  # the lease ended, not the cell
+                    bar.update(1)
                     continue
                 err = errors.get(pc.cell_id) or f"{reason}\n{tail}"
                 ident = identity(profile, pc.cell, tags)
@@ -350,8 +397,11 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
             bar.write(f"[{method} K={k}] {time.perf_counter() - t0:.0f}s")
     finally:
         bar.close()
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
     print(f"{profile.name}: {len(result['ok'])} ok, {len(result['failed'])} failed, "
-          f"{len(result['skipped'])} skipped", file=out, flush=True)
+          f"{len(result['deferred'])} deferred, {len(result['skipped'])} skipped "
+          f"in {time.perf_counter() - t_start:.0f}s", file=out, flush=True)
     return result
 
 
@@ -361,7 +411,7 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
 def _cmd_run(args) -> int:
     res = run(args.profile, experiments=args.experiment or None, force=args.force,
               dry_run=args.dry_run, results_root=args.results_root, timeout=args.timeout,
-              cells=args.cell)
+              cells=args.cell, budget_s=args.budget)
     return 1 if res["failed"] else 0
 
 
@@ -386,6 +436,9 @@ def register(subparsers) -> None:
     p.add_argument("--results-root", type=Path, default=None, help="instead of data/results")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds per engine subprocess (default: the profile's engine.timeout_s)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock budget of this run (a device lease): start no engine "
+                        "that cannot run; cut cells stay pending")
     p.set_defaults(func=_cmd_run)
 
     s = subparsers.add_parser("status", help="done/failed/missing cells per experiment")

@@ -37,6 +37,12 @@ spec_accepted_per_pos       delta of vllm:spec_decode_num_accepted_tokens_per_po
 peak_memory_bytes           peak device memory of the engine process (GPU) or RSS (CPU)
 kv_cache_bytes              KV cache size the engine allocated, where known
 engine_start_s              seconds to construct the engine (same for all rows of a group)
+acceptance_alpha            set acceptance alpha (synthetic rejection sampling); null = natural
+synthetic_rates             the unconditional per-position rates set for the cell (alpha**(i+1))
+model_runner                vLLM's model runner class (V1 and V2 runners differ in speed)
+model_weight_bytes          bytes of the target's weights in the engine
+draft_weight_bytes          bytes the draft or heads add (shared tensors counted once; 0: ngram)
+kv_cache_tokens             tokens the KV cache holds (blocks x block size)
 provenance columns          see provenance.PROVENANCE_COLUMNS
 ==========================  =====================================================
 
@@ -90,6 +96,7 @@ _IDENTITY_FIELDS = [
     pa.field("temperature", pa.float64()),
     pa.field("max_tokens", pa.int64()),
     pa.field("compilation", pa.string()),
+    pa.field("acceptance_alpha", pa.float64()),
 ]
 
 RUNS_SCHEMA = pa.schema(
@@ -111,9 +118,20 @@ RUNS_SCHEMA = pa.schema(
         pa.field("peak_memory_bytes", pa.int64()),
         pa.field("kv_cache_bytes", pa.int64()),
         pa.field("engine_start_s", pa.float64()),
+        pa.field("synthetic_rates", pa.list_(pa.float64())),
+        pa.field("model_runner", pa.string()),
+        pa.field("model_weight_bytes", pa.int64()),
+        pa.field("draft_weight_bytes", pa.int64()),
+        pa.field("kv_cache_tokens", pa.int64()),
     ]
     + _PROVENANCE_FIELDS
 )
+
+#: Columns added after rows were first stored (schema 2, for the set-acceptance surface and
+#: what the engine holds). A file written before them lacks them and reads them as null;
+#: any other difference from the schema is an error.
+ADDED_COLUMNS = frozenset({"acceptance_alpha", "synthetic_rates", "model_runner",
+                           "model_weight_bytes", "draft_weight_bytes", "kv_cache_tokens"})
 
 TOKENS_SCHEMA = pa.schema(
     _IDENTITY_FIELDS
@@ -193,6 +211,12 @@ def _read(files: Iterable[Path], schema: pa.Schema) -> pd.DataFrame:
     tables = []
     for f in sorted(files):
         t = pq.read_table(f)
+        absent = [n for n in schema.names if n in ADDED_COLUMNS and n not in t.schema.names]
+        for name in absent:
+            fld = schema.field(name)
+            t = t.append_column(fld, pa.nulls(t.num_rows, type=fld.type))
+        if absent and set(t.schema.names) == set(schema.names):
+            t = t.select(schema.names)
         if t.schema.names != schema.names:
             missing = sorted(set(schema.names) - set(t.schema.names))
             extra = sorted(set(t.schema.names) - set(schema.names))

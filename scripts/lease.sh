@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One device lease, in steps that each fit one call of the device tool (book/reproduce.md §5).
+#
+#   scripts/lease.sh receive                      copy the carried bundle parts to /tmp/b
+#   scripts/lease.sh measure COMMIT SECONDS PROFILE EXPERIMENT...
+#                                                 unpack once, then run the experiments in
+#                                                 order until SECONDS have passed; results,
+#                                                 log and the lease record go to $OUT
+#   scripts/lease.sh cache                        vLLM's compile cache to $OUT, in 15 MB parts
+#
+# COMMIT is the committed, clean commit of the working tree that travelled (a copy has no
+# .git): the rows are stamped with it. Experiments run in the order given, each with what is
+# left of the budget, so the most important come first and the rest stay pending.
+set -uo pipefail
+step=${1:?step}; shift
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+
+case "$step" in
+receive)
+  mkdir -p /tmp/b
+  cp -v .bundle/specdec-bundle.tar.xz.* .bundle/manifest.json /tmp/b/ 2>/dev/null
+  ls -la /tmp/b
+  if ls .vllm-cache/vllm-cache.tgz.* >/dev/null 2>&1 && [ ! -d ~/.cache/vllm ]; then
+    mkdir -p ~/.cache && cat .vllm-cache/vllm-cache.tgz.* | tar xzf - -C ~/.cache && echo "compile cache restored"
+  fi
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  echo "receive $(stamp)" >> /tmp/lease.log
+  ;;
+measure)
+  commit=${1:?commit}; seconds=${2:?seconds}; profile=${3:?profile}; shift 3
+  t0=$(date +%s)
+  if [ ! -s /tmp/env.sh ]; then
+    PYTHONPATH=lib python3 -m specdec.cli unpack /tmp/b --site /tmp/site --print-env > /tmp/env.sh \
+      || { echo "unpack failed"; rm -f /tmp/env.sh; exit 1; }
+    echo "unpacked in $(( $(date +%s) - t0 ))s"
+  fi
+  . /tmp/env.sh
+  # The travelled lib/ first: the bundle's copy of the study code must not shadow it.
+  export PYTHONPATH=$PWD/lib:$PYTHONPATH SPECDEC_COMMIT=$commit SPECDEC_DIRTY=0 \
+         VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+  # Cells landed by earlier leases are done: start from them so the runner skips them.
+  if [ ! -e /tmp/lease-start ]; then
+    touch /tmp/lease-start; mkdir -p /tmp/results
+    [ -d "data/results/$profile" ] && cp -rp "data/results/$profile" /tmp/results/
+  fi
+  echo "measure-start $(stamp) $profile $*" >> /tmp/lease.log
+  for exp in "$@"; do
+    left=$(( seconds - ($(date +%s) - t0) ))
+    [ "$left" -lt 150 ] && { echo "budget spent: $exp not started"; break; }
+    python3 -m specdec.cli run "$profile" -e "$exp" --results-root /tmp/results --budget "$left" 2>&1 \
+      | grep --line-buffered -v "it/s\]$" | tee -a /tmp/run.log
+  done
+  echo "measure-end $(stamp)" >> /tmp/lease.log
+  python3 -m specdec.cli status "$profile" --results-root /tmp/results 2>/dev/null | tee -a /tmp/run.log
+  # Only what this lease measured goes back.
+  (cd /tmp/results && find . -name '*.parquet' -newer /tmp/lease-start -print0 \
+     | tar czf "$OUT/results.tgz" --null -T -) && cp /tmp/run.log /tmp/lease.log "$OUT/"
+  ls -la "$OUT"
+  ;;
+cache)
+  tar czf - -C ~/.cache vllm | split -b 15000000 -d - "$OUT/vllm-cache.tgz."
+  cp /tmp/lease.log "$OUT/" 2>/dev/null
+  ls -la "$OUT"
+  ;;
+*) echo "unknown step $step"; exit 2 ;;
+esac
