@@ -22,7 +22,7 @@ pytestmark = pytest.mark.book
 
 #: Chapters that draw one figure per campaign with stored rows.
 FIGURE_CHAPTERS = {"chapters/draft_selection", "chapters/k_sweep", "chapters/batch_scaling",
-                   "chapters/methods", "chapters/multi_gpu"}
+                   "chapters/methods", "chapters/multi_gpu", "chapters/surface"}
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",

@@ -21,10 +21,25 @@ FAKE_WORKER = textwrap.dedent('''
     HANG_BATCH = int(os.environ.get("FAKE_HANG_BATCH", "0"))
     RAISE_BATCH = int(os.environ.get("FAKE_RAISE_BATCH", "0"))
 
+    PID_FILE = os.environ.get("FAKE_PID_FILE")
+    if PID_FILE:
+        open(PID_FILE, "w").write(str(os.getpid()))
+
+    class FakeSampler:  # what vLLM's synthetic rejection sampler holds
+        def __init__(self, rates):
+            import torch
+            self.synthetic_conditional_rates = torch.tensor(rates, dtype=torch.float32)
+
     class FakeLLM:
         def __init__(self, spec_cfg):
             self.k = (spec_cfg or {}).get("num_speculative_tokens", 0)
             self.drafts = 0
+            rates = (spec_cfg or {}).get("synthetic_acceptance_rates")
+            runner = types.SimpleNamespace(
+                rejection_sampler=FakeSampler([0.0] * self.k) if rates else None)
+            self.worker = types.SimpleNamespace(model_runner=runner)
+        def collective_rpc(self, fn, args=()):
+            return [fn(self.worker, *args)]
         def generate(self, prompts, params, use_tqdm=False):
             n = len(prompts)
             if n == CRASH_BATCH:
@@ -52,6 +67,8 @@ FAKE_WORKER = textwrap.dedent('''
                       values=[d] + [0] * (self.k - 1))]
 
     worker.build_llm = lambda engine, target, spec_cfg, tok: FakeLLM(spec_cfg)
+    worker.engine_facts = lambda llm: {"model_runner": "FakeRunner", "model_weight_bytes": 10,
+                                       "draft_weight_bytes": 1, "kv_cache_tokens": 100}
     worker.sampling_params = lambda s, t, i: types.SimpleNamespace(max_tokens=s["max_tokens"])
     sys.exit(worker.main(sys.argv[1]))
 ''')
@@ -221,3 +238,79 @@ def test_cli_plugins_register_run_and_status():
     args = parser.parse_args(["run", "cpu-smollm2", "--dry-run", "-e", "k-sweep"])
     assert args.func is runner._cmd_run and args.experiment == ["k-sweep"] and args.dry_run
     assert parser.parse_args(["status", "cpu-smollm2"]).func is runner._cmd_status
+
+
+def test_budget_defers_cells_instead_of_failing_them(setup, monkeypatch):
+    monkeypatch.setenv("FAKE_HANG_BATCH", "2")
+    res = _run(setup, budget_s=12, min_engine_s=5)
+    # baseline b1 finishes, b2 hangs until the budget is spent; later engines never start
+    assert [c for c in res["ok"]] == [c for c in res["ok"] if c.startswith("baseline-k0-b1")]
+    assert len(res["ok"]) == 1 and not res["failed"] and len(res["deferred"]) == 4
+    runs = store.load_runs("fake", setup["results"])
+    assert set(runs["status"]) == {"ok"} and runs["cell_id"].nunique() == 1  # nothing failed stored
+    monkeypatch.delenv("FAKE_HANG_BATCH")
+    again = _run(setup)
+    assert sorted(again["ok"]) == sorted(res["deferred"])  # deferred cells are simply pending
+
+
+def test_sigterm_takes_the_engine_down_with_the_runner(setup, monkeypatch, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "engine.pid"
+    monkeypatch.setenv("FAKE_HANG_BATCH", "1")
+    monkeypatch.setenv("FAKE_PID_FILE", str(pid_file))
+    code = (f"from pathlib import Path; from specdec import paths, runner; "
+            f"paths.MODEL_CONFIGS_DIR = Path({str(paths.MODEL_CONFIGS_DIR)!r}); "
+            f"paths.CACHE_DIR = Path({str(paths.CACHE_DIR)!r}); "
+            f"runner._preflight = lambda p: None; "
+            f"runner.run({setup['profile']!r}, results_root={str(setup['results'])!r}, "
+            f"worker={setup['worker']!r})")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ))
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    engine = int(pid_file.read_text())
+    time.sleep(1.0)  # the engine is now hanging in its first cell
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    for _ in range(50):
+        try:
+            os.kill(engine, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(engine, signal.SIGKILL)
+        pytest.fail("the engine subprocess outlived its runner")
+
+
+def test_set_acceptance_rates_reach_the_engine_and_every_row(setup):
+    prof = yaml.safe_load(open(setup["profile"]))
+    prof["experiments"] = [{"name": "s", "description": "d", "methods": ["ngram"],
+                            "num_speculative_tokens": [2], "batch_sizes": [1, 2],
+                            "workloads": ["rnd"], "acceptance": [0.5, 1.0],
+                            "include_baseline": False}]
+    open(setup["profile"], "w").write(yaml.safe_dump(prof))
+    res = _run(setup)
+    assert len(res["ok"]) == 4 and not res["failed"]
+    runs = store.load_runs("fake", setup["results"])
+    assert runs["engine_start_s"].nunique() == 1  # one engine for both alphas and batches
+    for r in runs.itertuples():
+        assert list(r.synthetic_rates) == [r.acceptance_alpha, r.acceptance_alpha ** 2]
+    assert set(runs["model_runner"]) == {"FakeRunner"} and set(runs["kv_cache_tokens"]) == {100}
+
+
+def test_set_acceptance_needs_a_synthetic_sampler(setup):
+    from specdec import worker
+
+    class NoSampler:
+        def collective_rpc(self, fn, args=()):
+            import types
+            return [fn(types.SimpleNamespace(model_runner=types.SimpleNamespace()), *args)]
+
+    with pytest.raises(RuntimeError, match="synthetic"):
+        worker.set_synthetic_rates(NoSampler(), [0.5, 0.25])

@@ -28,9 +28,9 @@ KNOWN_METHODS = ("ngram", "suffix", "draft-self", "draft-trunc-8", "draft-trunc-
                  "draft_model", "eagle", "eagle3", "medusa")
 #: Columns that, when they vary inside one figure's data, split a method into several lines.
 VARIANT_COLUMNS = ("profile", "workload", "batch_size", "num_speculative_tokens", "temperature",
-                   "compilation")
+                   "compilation", "acceptance_alpha")
 _SHORT = {"profile": "", "workload": "", "batch_size": "b=", "num_speculative_tokens": "K=",
-          "temperature": "T=", "compilation": "compile="}
+          "temperature": "T=", "compilation": "compile=", "acceptance_alpha": "α="}
 _LINESTYLES = ("-", "--", ":", "-.")
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
@@ -48,7 +48,9 @@ def set_theme() -> None:
 
 @functools.lru_cache(maxsize=1)
 def _palette() -> tuple:
-    return tuple(sns.color_palette("colorblind", 10) + sns.color_palette("dark", 10))
+    # Greys are left out: grey is the baseline's colour.
+    colours = sns.color_palette("colorblind", 10) + sns.color_palette("dark", 10)
+    return tuple(c for c in colours if max(c) - min(c) > 0.05)
 
 
 def method_palette(methods: Sequence[str]) -> dict[str, tuple]:

@@ -1,0 +1,57 @@
+"""Device time, lease by lease: what each GPU lease cost and what it measured.
+
+``data/leases/leases.yaml`` holds what only the device tool knows (seconds the machine was
+held, calls, the commit that travelled); everything else is recomputed from the stored rows
+of the lease's profile, matched by that commit and the lease's time window:
+
+- ``cells``: cells with a row stamped inside the window;
+- ``engines``: distinct engine starts (one per (method, K, set/natural acceptance));
+- ``engine_start_s``: seconds spent starting those engines (``engine_start_s`` of the rows);
+- ``cells_per_device_minute``: cells / (device seconds / 60).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from . import paths, store
+
+LEASES_PATH = paths.DATA_DIR / "leases" / "leases.yaml"
+COLUMNS = ["lease", "device", "profile", "commit", "device_held_s", "calls", "cells", "engines",
+           "engine_start_s", "cells_per_device_minute"]
+
+
+def load(path: Path | None = None) -> list[dict]:
+    path = path or LEASES_PATH
+    if not path.exists():
+        return []
+    entries = yaml.safe_load(path.read_text()) or []
+    need = {"lease", "device", "profile", "commit", "device_held_s", "calls",
+            "first_call_utc", "last_call_end_utc"}
+    for i, e in enumerate(entries):
+        missing = sorted(need - set(e))
+        if missing:
+            raise ValueError(f"{path.name}[{i}]: missing {', '.join(missing)}")
+    return entries
+
+
+def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
+    """One row per lease (:data:`COLUMNS`), the cell counts recomputed from the rows."""
+    rows = []
+    for e in load(path):
+        runs = store.load_runs(e["profile"], root)
+        t = pd.to_datetime(runs["timestamp_utc"], utc=True)
+        inside = runs[(runs["git_commit"] == e["commit"]) & (runs["status"] == "ok")
+                      & (t >= pd.Timestamp(e["first_call_utc"]))
+                      & (t <= pd.Timestamp(e["last_call_end_utc"]))]
+        engine_key = ["method", "num_speculative_tokens", inside["acceptance_alpha"].notna()]
+        starts = inside.groupby(engine_key)["engine_start_s"].first() if len(inside) else []
+        cells = inside["cell_id"].nunique()
+        rows.append({"lease": e["lease"], "device": e["device"], "profile": e["profile"],
+                     "commit": e["commit"][:10], "device_held_s": float(e["device_held_s"]),
+                     "calls": int(e["calls"]), "cells": cells, "engines": len(starts),
+                     "engine_start_s": float(sum(starts)),
+                     "cells_per_device_minute": cells / (float(e["device_held_s"]) / 60)})
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,100 @@
+"""Figures of the speedup surface (:mod:`specdec.surface`), on the book's theme and palette.
+
+One panel per batch size, set acceptance alpha on the x axis, one line per method; the
+conventions of :mod:`specdec.plots` hold (error bars are the CI columns, red rings mark
+unstable cells, the subtitle names profile, device and vLLM version). A black cross marks a
+cell whose realised acceptance missed the set one (``acceptance_follows_set`` False).
+"""
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from . import plots
+from .profiles import BASELINE
+
+ALPHA_LABEL = "set acceptance α (position i accepted with α^(i+1))"
+
+
+def _panels(df: pd.DataFrame | None, title: str, ylabel: str, sharey: bool = True):
+    plots.set_theme()
+    batches = sorted(df["batch_size"].dropna().unique()) if df is not None and len(df) else []
+    fig = Figure(figsize=(3.2 * max(len(batches), 1), 3.8), layout="constrained")
+    axes = fig.subplots(1, max(len(batches), 1), sharey=sharey, squeeze=False)[0]
+    fig.suptitle(title)
+    cap = plots.caption(df) if df is not None else ""
+    fig.supxlabel(f"{ALPHA_LABEL}\n{cap}", fontsize="small", color="0.25")
+    axes[0].set_ylabel(ylabel)
+    return fig, axes, batches
+
+
+def _legend(fig: Figure, axes) -> None:
+    """One legend for all panels, outside on the right (panels are narrow)."""
+    seen: dict = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, h)
+    fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize="x-small")
+
+
+def _missed(ax, g: pd.DataFrame, y: str, state: dict) -> None:
+    if "acceptance_follows_set" not in g:
+        return
+    bad = g[g["acceptance_follows_set"].astype(object).eq(False)]
+    if len(bad):
+        ax.scatter(bad["acceptance_alpha"], bad[y], marker="x", color="black", s=60, zorder=6,
+                   label=None if state.get("missed") else "realised acceptance ≠ set")
+        state["missed"] = True
+
+
+def speedup_vs_alpha(df: pd.DataFrame | None,
+                     title: str = "Speedup against set acceptance") -> Figure:
+    """Measured speedup (with CI) against set alpha, a panel per batch size.
+
+    Input: :func:`surface.table` rows (speculative cells with ``acceptance_alpha``).
+    """
+    need = ["method", "batch_size", "acceptance_alpha", "speedup"]
+    d = None if df is None else df[(df["method"] != BASELINE) & df["acceptance_alpha"].notna()]
+    fig, axes, batches = _panels(d, title, plots.SPEEDUP_LABEL)
+    if d is None or plots._is_empty(d, need):
+        plots._no_data(axes[0])
+        return fig
+    state: dict = {}
+    for ax, b in zip(axes, batches):
+        g = d[d["batch_size"] == b]
+        plots._baseline_line(ax)
+        plots._lines(ax, g.drop(columns=["batch_size"]), "acceptance_alpha", "speedup",
+                     "speedup_ci_low", "speedup_ci_high")
+        _missed(ax, g, "speedup", state)
+        ax.set_title(f"batch {int(b)}", fontsize="small")
+        ax.get_legend().remove()
+    _legend(fig, axes)
+    return fig
+
+
+def step_time_vs_alpha(df: pd.DataFrame | None,
+                       title: str = "Time per target step against set acceptance") -> Figure:
+    """Measured ms per target forward pass (drafting included) against set alpha; the
+    baseline's ms per decode step is the dashed grey line of each panel.
+
+    Input: :func:`surface.table` rows, baseline rows included.
+    """
+    need = ["method", "batch_size", "step_ms"]
+    fig, axes, batches = _panels(df, title, "ms per target step (median pass / steps)",
+                                 sharey=False)
+    if df is None or plots._is_empty(df, need):
+        plots._no_data(axes[0])
+        return fig
+    spec = df[(df["method"] != BASELINE) & df["acceptance_alpha"].notna()]
+    for ax, b in zip(axes, batches):
+        base = df[(df["method"] == BASELINE) & (df["batch_size"] == b)]["step_ms"]
+        if len(base):
+            ax.axhline(float(base.median()), color="0.45", linestyle="--", linewidth=1,
+                       label="baseline decode step")
+        plots._lines(ax, spec[spec["batch_size"] == b].drop(columns=["batch_size"]),
+                     "acceptance_alpha", "step_ms", flags=("unstable",))
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"batch {int(b)}", fontsize="small")
+        ax.get_legend().remove()
+    _legend(fig, axes)
+    return fig

@@ -1,0 +1,135 @@
+"""The set-acceptance surface: acceptance check, break-even, model check, holdings, leases,
+figures, and the schema additions, on small frames and on the committed H200 rows."""
+import math
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from specdec import leases, metrics, plots_surface, store, surface
+
+
+def _cell(alpha, k=2, drafts=1000, per_pos=None, method="m", batch=1, speedup=1.0, **kw):
+    per_pos = per_pos if per_pos is not None else [alpha ** (i + 1) for i in range(k)]
+    return {"profile": "p", "cell_id": f"{method}-{alpha}-{batch}", "method": method,
+            "num_speculative_tokens": k, "batch_size": batch, "workload": "w",
+            "temperature": 0.0, "compilation": "default", "acceptance_alpha": alpha,
+            "spec_num_drafts": drafts, "accepted_per_pos_rate": per_pos,
+            "acceptance_rate": float(np.mean(per_pos)), "speedup": speedup,
+            "speedup_status": "ok", **kw}
+
+
+def test_acceptance_check_passes_the_set_rates_and_catches_a_miss():
+    df = pd.DataFrame([_cell(0.5), _cell(1.0), _cell(0.0),
+                       _cell(0.5, per_pos=[0.5, 0.1]),     # position 1 far below 0.25
+                       _cell(1.0, per_pos=[1.0, 0.95]),    # a rate set to 1 that was missed
+                       _cell(None, per_pos=[0.3, 0.1])])   # natural acceptance: not checked
+    out = metrics.acceptance_check(df)
+    assert list(out["acceptance_follows_set"]) == [True, True, True, False, False, None]
+    assert out["set_acceptance_rate"].iloc[0] == pytest.approx((0.5 + 0.25) / 2)
+    assert math.isinf(out["acceptance_max_z"].iloc[4])
+
+
+def test_break_even_interpolates_between_measured_alphas():
+    rows = [_cell(a, speedup=s) for a, s in [(0.0, 0.5), (0.5, 0.8), (0.7, 1.2), (1.0, 2.0)]]
+    rows += [_cell(a, method="never", speedup=s) for a, s in [(0.0, 0.2), (1.0, 0.9)]]
+    be = surface.break_even(pd.DataFrame(rows)).set_index("method")
+    assert be.loc["m", "break_even_alpha"] == pytest.approx(0.6)
+    assert be.loc["m", "how"] == "interpolated"
+    assert math.isnan(be.loc["never", "break_even_alpha"])
+
+
+def test_model_check_recovers_a_constant_step_cost():
+    # Speedups made by the model itself with c = 0.2: fitted on the ends, the middle is exact.
+    k, c = 4, 0.2
+    rows = []
+    for a in (0.0, 0.5, 0.8, 1.0):
+        e = k + 1 if a == 1 else (1 - a ** (k + 1)) / (1 - a)
+        rows.append(_cell(a, k=k, speedup=e / (c * k + 1), mean_acceptance_length=e))
+    fit = surface.model_check(pd.DataFrame(rows))
+    assert fit.params["cost_ratio"].iloc[0] == pytest.approx(c, rel=1e-4)
+    assert fit.error_of("test")["max_abs_pct"] < 1e-3
+
+
+@pytest.fixture(scope="module")
+def h200():
+    runs = store.load_runs("h200-surface")
+    if not len(runs):
+        pytest.skip("no h200-surface rows in this checkout")
+    return surface.table(metrics.with_speedup(metrics.summarize(runs)))
+
+
+def test_committed_surface_rows_are_what_the_chapter_says(h200):
+    spec = h200[h200["method"] != "baseline"]
+    assert spec["acceptance_alpha"].notna().all()  # table() keeps set-acceptance cells only
+    checked = h200[h200["acceptance_follows_set"].notna()]
+    # Every method but n-gram realised its set rates in every cell.
+    assert checked[checked["method"] != "ngram"]["acceptance_follows_set"].all()
+    # alpha = 1 emits K + 1 tokens per step for the methods that always propose K tokens
+    full = spec[(spec["acceptance_alpha"] == 1.0) & (spec["method"] != "ngram")]
+    assert np.allclose(full["tokens_per_step"], full["num_speculative_tokens"] + 1)
+    base = h200[h200["method"] == "baseline"]
+    assert (base["step_ms"] > 0).all() and base["tokens_per_step"].eq(1).all()
+    assert set(h200["device_name"]) == {"NVIDIA H200"}
+
+
+def test_engine_holdings_count_heads_and_drafts(h200):
+    hold = surface.engine_holdings(h200).groupby("method").max()
+    assert hold.loc["ngram", "draft_gib"] == 0
+    # EAGLE shares the target's embedding and head, so it adds less than a draft model
+    assert hold.loc["eagle", "draft_gib"] < hold.loc["draft-1b", "draft_gib"]
+    assert hold.loc["medusa-5h", "draft_gib"] > hold.loc["medusa", "draft_gib"]
+    assert (hold["target_gib"].round(1) == hold["target_gib"].round(1).iloc[0]).all()
+
+
+def test_lease_record_matches_the_rows(h200):
+    rec = leases.record()
+    assert len(rec) >= 1
+    ours = rec[rec["profile"] == "h200-surface"]
+    # every committed cell was measured in exactly one recorded lease
+    assert ours["cells"].sum() == store.load_runs("h200-surface")["cell_id"].nunique()
+    first = ours.iloc[0]
+    assert first["engines"] >= 7 and 0 < first["engine_start_s"] < first["device_held_s"]
+
+
+def test_lease_file_is_checked(tmp_path):
+    bad = tmp_path / "leases.yaml"
+    bad.write_text("- lease: x\n  device: y\n")
+    with pytest.raises(ValueError, match="missing"):
+        leases.load(bad)
+
+
+def test_surface_figures_draw_and_say_no_data(h200):
+    k4 = h200[h200["num_speculative_tokens"].isin([0, 4])]
+    for draw in (plots_surface.speedup_vs_alpha, plots_surface.step_time_vs_alpha):
+        fig = draw(k4)
+        assert len(fig.axes) == 4  # one panel per batch size
+        empty = draw(None)
+        assert any("no data" in t.get_text() for ax in empty.axes for t in ax.texts)
+
+
+def test_old_files_read_the_added_columns_as_null(tmp_path):
+    runs = store.load_runs("cpu-smollm2")
+    assert runs["acceptance_alpha"].isna().all() and runs["synthetic_rates"].isna().all()
+    # a file lacking a column that is NOT one of the added ones is still refused
+    one = next((store.paths.results_dir("cpu-smollm2")).glob("*.runs.parquet"))
+    t = pq.read_table(one).drop_columns(["wall_s"])
+    (tmp_path / "x").mkdir()
+    pq.write_table(t, tmp_path / "x" / "c.runs.parquet")
+    with pytest.raises(store.SchemaError, match="wall_s"):
+        store.load_runs("x", tmp_path)
+
+
+def test_losslessness_leaves_out_set_acceptance_cells():
+    base = {"profile": "p", "method": "baseline", "num_speculative_tokens": 0, "batch_size": 1,
+            "workload": "w", "temperature": 0.0, "compilation": "default", "prompt_id": "a",
+            "request_index": 0, "acceptance_alpha": None}
+    rows = [{**base, "cell_id": "b", "output_token_ids": [1, 2, 3]},
+            {**base, "cell_id": "s", "method": "x", "num_speculative_tokens": 2,
+             "acceptance_alpha": 0.5, "output_token_ids": [1, 9, 9]},
+            {**base, "cell_id": "n", "method": "x", "num_speculative_tokens": 2,
+             "output_token_ids": [1, 2, 3]}]
+    out = metrics.losslessness(pd.DataFrame(rows))
+    assert list(out["cell_id"]) == ["n"] and bool(out["identical_to_baseline"].iloc[0])
