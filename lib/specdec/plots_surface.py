@@ -19,12 +19,19 @@ ALPHA_LABEL = "set acceptance α (position i accepted with α^(i+1))"
 def _panels(df: pd.DataFrame | None, title: str, ylabel: str, sharey: bool = True):
     plots.set_theme()
     batches = sorted(df["batch_size"].dropna().unique()) if df is not None and len(df) else []
-    fig = Figure(figsize=(3.2 * max(len(batches), 1), 3.8), layout="constrained")
-    axes = fig.subplots(1, max(len(batches), 1), sharey=sharey, squeeze=False)[0]
+    n = max(len(batches), 1)
+    cols = 2 if n > 2 else n  # two panels a row: the page is narrow
+    rows = -(-n // cols)
+    fig = Figure(figsize=(4.2 * cols + 1.8, 3.2 * rows + 0.8), layout="constrained")
+    grid = fig.subplots(rows, cols, sharey=sharey, sharex=True, squeeze=False)
+    axes = list(grid.flat)
+    for ax in axes[n:]:
+        ax.remove()
+    axes = axes[:n]
     fig.suptitle(title)
     cap = plots.caption(df) if df is not None else ""
     fig.supxlabel(f"{ALPHA_LABEL}\n{cap}", fontsize="small", color="0.25")
-    axes[0].set_ylabel(ylabel)
+    fig.supylabel(ylabel, fontsize="small")
     return fig, axes, batches
 
 
