@@ -60,17 +60,21 @@ def method_palette(methods: Sequence[str]) -> dict[str, tuple]:
     moves to the next free one, so one figure never shows two methods alike.
     """
     pal = _palette()
+    # Hashed methods draw from the slots no known method owns, so a hashed colour does not
+    # depend on which known methods share the figure; only when those run out do they spill.
+    free = [j for j in range(len(pal)) if j >= len(KNOWN_METHODS)]
     out: dict[str, tuple] = {}
     used = set()
     for m in sorted(set(methods), key=lambda m: (m not in KNOWN_METHODS, m)):
         if m == BASELINE:
             out[m] = (0.45, 0.45, 0.45)
             continue
-        i = KNOWN_METHODS.index(m) if m in KNOWN_METHODS else zlib.crc32(m.encode()) % len(pal)
-        for step in range(len(pal)):
-            j = (i + step) % len(pal)
-            if j not in used:
-                break
+        if m in KNOWN_METHODS:
+            order = [KNOWN_METHODS.index(m)]
+        else:
+            start = zlib.crc32(m.encode()) % len(free)
+            order = [free[(start + step) % len(free)] for step in range(len(free))]
+        j = next((j for j in order + list(range(len(pal))) if j not in used), order[0])
         used.add(j)
         out[m] = pal[j]
     return out
