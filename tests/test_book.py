@@ -3,7 +3,8 @@
 Executes every notebook (replay mode) into book/chapters/, builds book/_build/html with
 Jupyter Book, then opens each page in headless Chromium from file:// and checks, from the
 rendered DOM: the page exists with a title, every <img> loaded (naturalWidth > 0), no Python
-traceback is shown, and the navigation lists every chapter of the TOC.
+traceback is shown, a table wider than the page scrolls sideways with its scrollbar on screen,
+and the navigation lists every chapter of the TOC.
 """
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ CHECK_SCRIPT = r"""
 <script>
 (function () {
   document.querySelectorAll('img').forEach(function (i) { i.loading = 'eager'; });
+  // A table wider than the page must scroll sideways in a box whose scrollbar fits on
+  // screen: the first ancestor it overflows is that box, at most a window high.
+  function cutOff(table) {
+    for (var box = table.parentElement; box && box !== document.body; box = box.parentElement) {
+      if (box.scrollWidth > box.clientWidth + 1) {
+        var x = getComputedStyle(box).overflowX;
+        return !((x === 'auto' || x === 'scroll') && box.clientHeight <= window.innerHeight);
+      }
+    }
+    return false;
+  }
   function report() {
     var imgs = Array.prototype.slice.call(document.images);
     var h1 = document.querySelector('h1');
@@ -44,7 +56,9 @@ CHECK_SCRIPT = r"""
       traceback: /Traceback \(most recent call last\)/.test(document.body.innerText)
                  || document.querySelectorAll('.output.traceback, .output.error').length > 0,
       nav: Array.prototype.slice.call(document.querySelectorAll('nav.bd-docs-nav a'))
-                .map(function (a) { return a.getAttribute('href'); })
+                .map(function (a) { return a.getAttribute('href'); }),
+      cut_tables: Array.prototype.slice.call(document.querySelectorAll('table'))
+                  .filter(cutOff).map(function (t) { return t.innerText.slice(0, 60); })
     };
     var pre = document.createElement('pre');
     pre.id = 'specdec-check';
@@ -131,6 +145,11 @@ def test_navigation_lists_every_chapter(reports):
     nav = {h.split("#")[0].removesuffix(".html") for h in reports[root]["nav"] if h}
     absent = [e for e in book.toc_files()[1:] if e not in nav]
     assert not absent, f"the navigation of {root}.html lacks: {absent}"
+
+
+def test_wide_tables_scroll_with_their_scrollbar_on_screen(reports):
+    cut = {e: r["cut_tables"] for e, r in reports.items() if r and r["cut_tables"]}
+    assert not cut, f"tables cut off at the right edge (no horizontal scrollbar on screen): {cut}"
 
 
 def test_no_broken_images(reports):

@@ -32,3 +32,12 @@ def test_installed_versions_match_pins(extra):
     for pin in envspec.pins(extra):
         name, version = pin.split("==")
         assert importlib.metadata.version(name) == version, pin
+
+
+def test_docs_state_the_python_that_pyproject_requires():
+    minimum = envspec.pyproject()["project"]["requires-python"].removeprefix(">=")
+    where = {"Makefile": r"python3 \((3\.\d+)\+\)", "README.md": r"`python3` \((3\.\d+)\+\)",
+             "book/reproduce.md": r"Python (3\.\d+) or newer"}
+    stated = {f: re.findall(pattern, (envspec.paths.ROOT / f).read_text())
+              for f, pattern in where.items()}
+    assert stated == {f: [minimum] for f in where}

@@ -151,6 +151,15 @@ def test_verdict_counts_keeps_order_and_zeros(tmp_path):
     assert rendered(fig, tmp_path, "verdicts")
 
 
+@pytest.mark.parametrize("empty", [None, pd.DataFrame(), pd.DataFrame({"verdict": [], "kind": []})])
+def test_verdict_counts_without_claims_says_no_data(empty, tmp_path):
+    fig = plots.verdict_counts(empty, ["reproduced", "contradicted"], ["api", "numeric"])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == ["no data"]
+    assert "0 in all" in ax.get_xlabel()
+    assert rendered(fig, tmp_path, "verdicts-empty")
+
+
 def test_palette_is_consistent_and_distinct():
     a = plots.method_palette(["ngram", "eagle-llama", "baseline"])
     b = plots.method_palette(["eagle-llama", "suffix"])

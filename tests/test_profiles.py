@@ -1,6 +1,12 @@
 """Profiles load strictly: unknown profile, malformed YAML, unknown keys and bad grids are refused."""
-import pytest
+import copy
+import re
 
+import pydantic
+import pytest
+import yaml
+
+from specdec import paths
 from specdec import profiles as P
 
 
@@ -43,14 +49,116 @@ def test_malformed_yaml(tmp_path):
 def test_unknown_key_is_named_with_its_path():
     data = _minimal()
     data["engine"]["enforce_eagre"] = True
-    with pytest.raises(P.ProfileError, match=r"engine: unknown key 'enforce_eagre'"):
+    with pytest.raises(P.ProfileError,
+                       match=r"^engine\.enforce_eagre: unknown key \(allowed here: .*enforce_eager"):
         P.profile_from_dict(data)
 
 
-def test_wrong_type_is_named():
-    data = _minimal(repeats="three")
-    with pytest.raises(P.ProfileError, match=r"repeats: expected an integer"):
+@pytest.mark.parametrize("value", ["three", "3", 3.5, True])
+def test_wrong_type_is_named_and_not_coerced(value):
+    with pytest.raises(P.ProfileError, match=r"^repeats: Input should be a valid integer"):
+        P.profile_from_dict(_minimal(repeats=value))
+
+
+def test_models_are_frozen():
+    p = P.profile_from_dict(_minimal())
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        p.engine.seed = 1
+
+
+# -- kinds of source: each kind has its own required fields and no others ------------- #
+@pytest.mark.parametrize("source, message", [
+    ({"kind": "hf"}, r"drafts\[0\]\.source\.id: required key is missing"),
+    ({"kind": "gguf-package", "file": "x.gguf"}, r"drafts\[0\]\.source\.package: required"),
+    ({"kind": "gguf-package", "package": "p"}, r"drafts\[0\]\.source\.file: required"),
+    ({"kind": "config"}, r"drafts\[0\]\.source\.config: required key is missing"),
+    ({"kind": "truncate", "num_layers": 2}, r"drafts\[0\]\.source\.of: required"),
+    ({"kind": "truncate", "of": "m"}, r"drafts\[0\]\.source\.num_layers: required"),
+    ({"kind": "truncate", "of": "m", "num_layers": 0}, r"drafts\[0\]\.source\.num_layers: Input should be greater than 0"),
+    ({"kind": "config", "config": "c", "id": "org/x"}, r"drafts\[0\]\.source\.id: unknown key"),
+    ({"kind": "huggingface", "id": "org/x"}, r"drafts\[0\]\.source\.kind: 'huggingface' is not one of 'hf'"),
+    ({"id": "org/x"}, r"drafts\[0\]\.source\.kind: required key is missing"),
+])
+def test_model_source_kinds_are_checked_at_load(source, message):
+    data = _minimal(drafts=[{"name": "d", "source": source}])
+    with pytest.raises(P.ProfileError, match=message):
         P.profile_from_dict(data)
+
+
+def test_each_source_kind_loads_to_its_own_class():
+    data = _minimal(drafts=[
+        {"name": "a", "source": {"kind": "hf", "id": "org/a", "config": "a"}},
+        {"name": "b", "source": {"kind": "gguf-package", "package": "p", "file": "b.gguf"}},
+        {"name": "c", "source": {"kind": "truncate", "of": "m", "num_layers": 1}}])
+    p = P.profile_from_dict(data)
+    assert [type(d.source) for d in p.drafts] == [P.HFSource, P.GGUFPackageSource,
+                                                  P.TruncateSource]
+    assert type(p.target.source) is P.ConfigSource and p.target.source.config == "llama-3-8b"
+
+
+@pytest.mark.parametrize("workload, message", [
+    ({"name": "w", "source": "mtbnech"},
+     r"^workloads\[0\]\.source: 'mtbnech' is not one of .*'mtbench'.*; did you mean 'mtbench'\?"),
+    ({"name": "w"}, r"^workloads\[0\]\.source: required key is missing"),
+    ({"name": "w", "source": "repeat", "num_prompts": 0}, r"^workloads\[0\]\.num_prompts: "),
+    ({"name": "w", "source": "random-tokens", "options": {"promt_len": 8}},
+     r"^workloads\[0\]\.options\.promt_len: unknown key \(allowed here: prompt_len, seed, vocab_size\)"),
+    ({"name": "w", "source": "mtbench", "options": {"copies": 3}},
+     r"^workloads\[0\]\.options\.copies: unknown key \(allowed here: chat\)"),
+    ({"name": "w", "source": "repeat", "options": {"copies": "3"}},
+     r"^workloads\[0\]\.options\.copies: Input should be a valid integer"),
+])
+def test_workload_sources_are_checked_at_load(workload, message):
+    with pytest.raises(P.ProfileError, match=message):
+        P.profile_from_dict(_minimal(workloads=[workload]))
+
+
+def test_every_schema_error_is_reported_at_once():
+    data = _minimal(workloads=[{"name": "w", "source": "mtbnech"}],
+                    drafts=[{"name": "d", "source": {"kind": "hf"}}])
+    with pytest.raises(P.ProfileError) as e:
+        P.profile_from_dict(data)
+    fields = sorted(line.split(": ")[0] for line in str(e.value).splitlines())
+    assert fields == ["drafts[0].source.id", "workloads[0].source"]
+
+
+# -- errors from a file name the file, then the field --------------------------------- #
+def _write(tmp_path, data, name="t"):
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(yaml.safe_dump(data))
+    return f
+
+
+def test_file_errors_name_the_file_and_the_field(tmp_path):
+    f = _write(tmp_path, _minimal(workloads=[{"name": "w", "source": "mtbnech"}]))
+    with pytest.raises(P.ProfileError,
+                       match=rf"^{re.escape(str(f))}: workloads\[0\]\.source: 'mtbnech'"):
+        P.load_profile(f)
+
+
+def test_top_level_unknown_key_names_the_file_and_the_key(tmp_path):
+    f = _write(tmp_path, _minimal(repeets=3))
+    with pytest.raises(P.ProfileError) as e:
+        P.load_profile(f)
+    assert str(e.value).startswith(f"{f}: repeets: unknown key (allowed here: description, ")
+
+
+def test_reference_errors_name_the_file_too(tmp_path):
+    data = _minimal()
+    data["experiments"][0]["methods"] = ["eagle"]
+    f = _write(tmp_path, data)
+    with pytest.raises(P.ProfileError,
+                       match=rf"^{re.escape(str(f))}: experiments\[0\]\.methods: no method named 'eagle'"):
+        P.load_profile(f)
+
+
+def test_shipped_profile_errors_name_the_repository_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "PROFILES_DIR", tmp_path / "profiles")
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    (tmp_path / "profiles").mkdir()
+    _write(tmp_path / "profiles", _minimal(name="foo", repeats=1), name="foo")
+    with pytest.raises(P.ProfileError, match=r"^profiles/foo\.yaml: repeats: "):
+        P.load_profile("foo")
 
 
 @pytest.mark.parametrize("k", [0, -1])
@@ -110,8 +218,10 @@ def test_set_acceptance_cells_share_one_engine_per_method_and_k():
 
 
 @pytest.mark.parametrize("bad, match", [
-    ({"acceptance": [1.5]}, r"experiments\[1\].acceptance: alpha must lie in \[0, 1\]"),
-    ({"methods": ["baseline"], "acceptance": [0.5]}, "does not speculate"),
+    ({"acceptance": [0.5, 1.5]}, r"^experiments\[1\]\.acceptance\[1\]: .*less than or equal to 1"),
+    ({"acceptance": [-0.1]}, r"^experiments\[1\]\.acceptance\[0\]: .*greater than or equal to 0"),
+    ({"acceptance": ["0.5"]}, r"^experiments\[1\]\.acceptance\[0\]: Input should be a valid number"),
+    ({"methods": ["baseline"], "acceptance": [0.5]}, r"^experiments\[1\]\.acceptance: .*does not speculate"),
 ])
 def test_bad_acceptance_grids_are_refused(bad, match):
     data = _minimal()
@@ -149,3 +259,21 @@ def test_speculative_config_gets_k_and_draft_path():
     assert P.speculative_config(p, "dm", 3, "/x") == {
         "method": "draft_model", "num_speculative_tokens": 3, "model": "/x"}
     assert P.speculative_config(p, "baseline", 0) is None
+
+
+# -- cell ids and config hashes are part of stored file names: they must never drift ---- #
+@pytest.mark.parametrize("profile", sorted(p.name for p in paths.RESULTS_DIR.iterdir() if p.is_dir()))
+def test_every_stored_result_file_is_a_cell_of_its_profile(profile):
+    prof = P.load_profile(profile)
+    ids = {P.cell_id(prof, c) for c in P.expand(prof)}
+    stems = {f.name.split(".")[0] for f in (paths.RESULTS_DIR / profile).glob("*.parquet")}
+    assert stems, f"no stored results for {profile}"
+    assert sorted(stems - ids) == []
+
+
+def test_cell_ids_of_hub_sources_are_pinned():
+    # Computed before the schema moved to pydantic (no stored results use kind hf).
+    prof = P.load_profile("a100-llama3-8b")
+    got = {P.cell_id(prof, c) for c in P.expand(prof)}
+    assert {"baseline-k0-b1-mtbench-t0-bd840ce6", "draft-llama-3.2-1b-k5-b1-mtbench-t0-23eb20aa",
+            "eagle3-k8-b1-mtbench-t0-99976af5"} <= got

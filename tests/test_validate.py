@@ -155,11 +155,10 @@ def test_k_zero_in_speculative_template():
 
 
 def test_k_negative_in_grid_built_in_code():
-    import dataclasses
-
     p = build()
-    bad = dataclasses.replace(p, experiments=(dataclasses.replace(
-        p.experiments[0], num_speculative_tokens=(3, -1)),))
+    # model_copy skips validation, as building a Profile in code may.
+    bad = p.model_copy(update={"experiments": (p.experiments[0].model_copy(
+        update={"num_speculative_tokens": (3, -1)}),)})
     msg = rejected(bad, "experiments[0].num_speculative_tokens")
     assert "-1" in msg
 
@@ -257,5 +256,5 @@ def test_unknown_profile_key(tmp_path):
     d["engine"]["gpu_mem"] = 0.5
     f = tmp_path / "t.yaml"
     f.write_text(yaml.safe_dump(d))
-    with pytest.raises(ProfileError, match=r"^engine: unknown key 'gpu_mem'"):
+    with pytest.raises(ProfileError, match=r"t\.yaml: engine\.gpu_mem: unknown key"):
         load_profile(f)

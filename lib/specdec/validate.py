@@ -142,7 +142,7 @@ def _check_speculative_keys(profile: Profile, schema: SpecSchema | None) -> None
 
 
 def _check_experiment_k(profile: Profile) -> None:
-    # load_profile checks this too; a Profile built in code (dataclasses.replace) skips it.
+    # load_profile checks this too; a Profile built in code (model_copy(update=...)) skips it.
     for i, e in enumerate(profile.experiments):
         for k in e.num_speculative_tokens:
             if k <= 0:
