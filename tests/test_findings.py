@@ -1,6 +1,8 @@
 """The sentences the conclusions state are generated from rows, and turn when the rows do."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -70,3 +72,51 @@ def test_lookup_acceptance_by_workload_names_the_extremes():
                     _cell("suffix", 1.1, acceptance=0.3, workload="mtbench"))
     text = findings.acceptance_by_workload(summ)
     assert "highest on humaneval and lowest on mtbench" in text
+
+
+def test_best_k_sentence_says_whether_it_differs_between_methods():
+    differs = pd.DataFrame({"profile": ["p", "p"], "method": ["ngram", "draft"], "best K": [3, 1]})
+    assert "differs between methods" in findings.best_k_by_hardware(differs)
+    same = differs.assign(**{"best K": [3, 3]})
+    assert "is 3 for every method" in findings.best_k_by_hardware(same)
+
+
+def test_self_draft_at_zero_is_sound_only_if_it_accepts_and_matches():
+    summ = _summary(_cell("draft-self", 0.8, acceptance=1.0)).assign(cell_id="s")
+    same = pd.DataFrame({"cell_id": ["s"], "status": ["compared"], "identical_requests": [8],
+                         "compared": [8]})
+    assert "is sound" in findings.self_draft_at_zero(summ, same)
+    assert "not sound" in findings.self_draft_at_zero(summ, same.assign(identical_requests=[4]))
+    low = summ.assign(acceptance_rate=0.5)
+    assert "not sound" in findings.self_draft_at_zero(low, same)
+
+
+def test_memory_vs_batch_reports_the_largest_move():
+    summ = _summary(_cell("ngram", 1.2, batch=1), _cell("ngram", 1.3, batch=8))
+    summ["peak_memory_bytes"] = [2**30, 1.5 * 2**30]
+    assert "at most 50 %" in findings.memory_vs_batch(summ)
+
+
+def test_k_bounds_sentence_reads_the_recorded_outcomes():
+    from specdec import claims
+
+    checks = pd.DataFrame({
+        "check_id": ["spec_k_zero", "spec_k_large"], "vllm_package": ["vllm"] * 2,
+        "vllm_version": ["9.9.9"] * 2, "outcome": ["rejected", "accepted"],
+        "observed": ["{}", '{"K=16": "accepted", "K=32": "accepted", "K=64": "rejected"}']})
+    text = claims.k_bounds_sentence(checks)
+    assert text == ("K = 0 is rejected, K = 16 and 32 are accepted, K = 64 is rejected "
+                    "by vllm 9.9.9"), text
+    assert claims.large_k_checked(checks) == [16, 32, 64]
+
+
+@pytest.mark.parametrize("summary", [None, pd.DataFrame(columns=list(_cell("x", 1.0)))])
+def test_every_sentence_has_a_plain_answer_without_rows(summary, tmp_path):
+    for sentence in (findings.method_that_paid, findings.acceptance_by_workload,
+                     findings.self_draft_sentence, findings.acceptance_falls_with_k,
+                     findings.batch_trend, findings.sanity_bound_sentence,
+                     findings.memory_vs_batch):
+        assert re.search(r"\b(not|no|No)\b", sentence(summary)), sentence.__name__
+    assert "not measured" in findings.self_draft_at_zero(summary, None)
+    assert "no GPU campaign has measured rows" in findings.gpu_campaigns(str(tmp_path))
+    assert "no rows" in findings.methods_measured(root=str(tmp_path))

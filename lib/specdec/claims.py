@@ -793,7 +793,8 @@ def summary(profiles: list[str], root: Path | None = None):
     """Per-cell summary with speedups (:mod:`specdec.metrics`) of the profiles' ok rows, or None."""
     from . import metrics, store
 
-    runs = store.load_runs(profiles, root=root, only_ok=True)
+    runs = store.load_runs(profiles, root=Path(root) if root is not None else None,
+                           only_ok=True)
     if runs.empty:
         return None
     return metrics.with_speedup(metrics.summarize(runs))
@@ -1009,6 +1010,8 @@ def judged_summary(table) -> str:
     numeric = table[table["kind"] == "numeric"]
     judged = numeric[(numeric["basis"] == "rows") & numeric["verdict"].isin(JUDGED)]
     ours = int((table["verdict"] == OUR_FIGURE).sum())
+    if judged.empty and ours == 0:
+        return "no numeric claim could be judged from our rows yet"
     if judged.empty:
         return (f"no numeric claim could be judged from our rows: none is in the article's "
                 f"setting ({ours} claim(s) show our figure in our setting only)")
@@ -1226,6 +1229,48 @@ def component_map(checks=None):
                                                       key=lambda kv: order.get(kv[0][0], 99))])
 
 
+def config_vocab_size(name: str) -> int:
+    """``vocab_size`` of a published config under ``data/model_configs/<name>/``."""
+    cfg = json.loads((paths.MODEL_CONFIGS_DIR / name / "config.json").read_text())
+    return int(cfg.get("vocab_size") or cfg["text_config"]["vocab_size"])
+
+
+def large_k_checked(checks=None) -> list[int]:
+    """The K values check ``spec_k_large`` tried, read from its recorded results."""
+    checks = load_checks() if checks is None else checks
+    rows = checks[checks["check_id"] == "spec_k_large"]
+    ks = {int(k.split("=")[1]) for obs in rows["observed"] for k in json.loads(obs)}
+    return sorted(ks)
+
+
+def k_bounds_sentence(checks=None) -> str:
+    """What every recorded vLLM says to K = 0 and to the large K values (checks spec_k_zero,
+    spec_k_large), e.g. "K = 0 is rejected, K = 16, 32 and 64 are accepted (vllm 0.26.0, ...)"."""
+    checks = load_checks() if checks is None else checks
+
+    def said(check_id):
+        rows = checks[checks["check_id"] == check_id]
+        return {f"{r.vllm_package} {r.vllm_version}": r for r in rows.itertuples()}
+
+    zero, large = said("spec_k_zero"), said("spec_k_large")
+    if not zero or not large:
+        return "not recorded yet (run `python -m specdec.claims --only spec_k_zero spec_k_large`)"
+    said_by: dict[str, list[str]] = {}  # statement -> versions that make it
+    for version in sorted(set(zero) | set(large)):
+        bits = []
+        if version in zero:
+            bits.append(f"K = 0 is {zero[version].outcome}")
+        if version in large:
+            by_outcome: dict[str, list[str]] = {}
+            for k, outcome in json.loads(large[version].observed).items():
+                by_outcome.setdefault(outcome, []).append(k.split("=")[1])
+            for outcome, ks in by_outcome.items():
+                listed = ", ".join(ks[:-1]) + f" and {ks[-1]}" if len(ks) > 1 else ks[0]
+                bits.append(f"K = {listed} {'are' if len(ks) > 1 else 'is'} {outcome}")
+        said_by.setdefault(", ".join(bits), []).append(version)
+    return "; ".join(f"{text} by {' and '.join(versions)}" for text, versions in said_by.items())
+
+
 def _speculative_summary(summ):
     return summ[(summ["method"] != "baseline") & (summ["speedup_status"] == "ok")]
 
@@ -1275,7 +1320,7 @@ def oom_failures(profiles: list[str], root: Path | None = None):
     """Failed cells whose error says the device ran out of memory, with the error verbatim."""
     from . import metrics, store
 
-    runs = store.load_runs(profiles, root=root)
+    runs = store.load_runs(profiles, root=Path(root) if root is not None else None)
     if runs.empty:
         return runs.iloc[:0]
     f = metrics.failures(runs)

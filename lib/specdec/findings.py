@@ -20,6 +20,10 @@ SELF_DRAFTS = ("draft-self",)
 FAMILIES = {"ngram": "prompt lookup", "suffix": "prompt lookup", "draft_model": "a draft model",
             "eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP"}
 SELF_FAMILY = "the target as its own draft"
+#: Summary columns the sentences read (an absent summary is read as empty with these).
+_COLUMNS = ["profile", "method", "num_speculative_tokens", "batch_size", "workload",
+            "temperature", "speedup", "speedup_ci_low", "speedup_status", "acceptance_rate",
+            "acceptance_alpha", "peak_memory_bytes", "experiment_tags", "cell_id"]
 
 
 def _pct(x: float) -> str:
@@ -43,7 +47,8 @@ def reached_cells(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> pd.DataFram
     """Greedy speculative cells with a speedup whose acceptance a draft reached, with a
     ``family`` column."""
     if summary is None or summary.empty:
-        return pd.DataFrame(columns=["family"])
+        empty = summary if summary is not None else pd.DataFrame(columns=_COLUMNS)
+        return empty.iloc[:0].assign(family=pd.Series(dtype=object))
     df = summary[(summary["method"] != "baseline") & (summary["temperature"] == 0)
                  & (summary["speedup_status"] == "ok")]
     origin = [comparability.cell_setting(r).acceptance_origin for r in df.to_dict("records")]
@@ -148,6 +153,7 @@ def gpu_campaigns(root: Path | None = None) -> str:
     """Which GPU campaigns have rows, and what their acceptance is (reached or not)."""
     from . import profiles, store
 
+    root = Path(root) if root is not None else None
     parts, missing = [], []
     for name in profiles.list_profiles():
         setting = comparability.profile_setting(name)
@@ -212,3 +218,96 @@ def sanity_bound_sentence(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str
     if failed is None:
         return f"in this study's rows ({where}) it did, wherever it ran"
     return f"in this study's rows ({where}) it did not everywhere: {failed}"
+
+
+def memory_vs_batch(summary: pd.DataFrame) -> str:
+    """How much the measured peak memory moved across batch sizes, per method and campaign."""
+    if summary is None or summary.empty:
+        return "not measured yet"
+    parts = []
+    for (p, m), g in summary.dropna(subset=["peak_memory_bytes"]).groupby(["profile", "method"]):
+        if g["batch_size"].nunique() < 2:
+            continue
+        lo, hi = g["peak_memory_bytes"].min(), g["peak_memory_bytes"].max()
+        parts.append((hi / lo - 1, f"{m} on `{p}` {lo / 2**30:.2f}–{hi / 2**30:.2f} GiB"))
+    if not parts:
+        return "no method is measured at several batch sizes yet"
+    worst = max(x for x, _ in parts)
+    return (f"across batch sizes the peak moved by at most {100 * worst:.0f} % "
+            f"({'; '.join(t for _, t in parts)})")
+
+
+def self_draft_at_zero(summary: pd.DataFrame, lossless: pd.DataFrame | None,
+                       self_drafts=SELF_DRAFTS) -> str:
+    """Whether the greedy (T = 0) cells beside the self-draft are sound: it must accept what
+    the sanity bound asks and reproduce the baseline."""
+    from .claims import SANITY_ACCEPTANCE
+
+    cells = summary[summary["method"].isin(self_drafts) & (summary["temperature"] == 0)] \
+        if summary is not None and len(summary) else pd.DataFrame()
+    if cells.empty:
+        return "At T = 0 the self-draft is not measured yet"
+    acc = cells["acceptance_rate"].min()
+    same = None
+    if lossless is not None and len(lossless):
+        mine = lossless[lossless["cell_id"].isin(cells["cell_id"])
+                        & (lossless["status"] == "compared")]
+        if len(mine):
+            same = (int(mine["identical_requests"].sum()), int(mine["compared"].sum()))
+    identical = "" if same is None else \
+        f", and {same[0]} of {same[1]} of its requests are token-identical to the baseline's"
+    sound = acc >= SANITY_ACCEPTANCE and (same is None or same[0] == same[1])
+    return (f"At T = 0 the measurement is {'sound' if sound else 'not sound either'}: the "
+            f"self-draft accepts {_pct(acc)} of its draft tokens{identical}")
+
+
+def best_k_by_hardware(best_k: pd.DataFrame) -> str:
+    """Per campaign, whether the measured best K is one value or differs between methods
+    (``best_k``: one row per method with ``profile``, ``method`` and ``best K``)."""
+    if best_k is None or best_k.empty:
+        return "no campaign has measured speedups yet, so the rule cannot be checked here"
+    parts = []
+    for p, g in best_k.groupby("profile"):
+        ks = sorted({int(k) for k in g["best K"]})
+        each = ", ".join(f"{r['method']} {int(r['best K'])}" for _, r in g.iterrows())
+        parts.append(f"on `{p}` the best K " + (
+            f"differs between methods ({each})" if len(ks) > 1
+            else f"is {ks[0]} for every method ({each})"))
+    return "; ".join(parts)
+
+
+def methods_measured(vllm_methods=("eagle", "eagle3", "medusa", "mtp"),
+                     root: Path | None = None) -> str:
+    """Which of ``vllm_methods`` have rows in any campaign, and whether their acceptance is
+    reached (trained heads) or not (set, or random weights)."""
+    from . import profiles, store
+
+    root = Path(root) if root is not None else None
+    seen: dict[str, dict[str, tuple[set, int]]] = {}  # family -> profile -> (origins, cells)
+    for name in profiles.list_profiles():
+        setting = comparability.profile_setting(name)
+        if setting is None:
+            continue
+        wanted = [m for m, v in setting.methods.items() if v in vllm_methods]
+        if not wanted:
+            continue
+        runs = store.load_runs([name], root=root, only_ok=True)
+        if runs.empty:
+            continue
+        for m in wanted:
+            rows = runs[runs["method"] == m]
+            if rows.empty:
+                continue
+            origin = (comparability.SET if rows["acceptance_alpha"].notna().any()
+                      else comparability.RANDOM_WEIGHTS if setting.random_weights
+                      else comparability.REACHED)
+            per = seen.setdefault(FAMILIES.get(setting.methods[m], m), {})
+            origins, n = per.get(name, (set(), 0))
+            per[name] = (origins | {origin}, n + rows["cell_id"].nunique())
+    names = list(dict.fromkeys(FAMILIES.get(v, v) for v in vllm_methods))
+    parts = []
+    for n in names:
+        where = [f"`{p}` ({' and '.join(sorted(o))} acceptance, {c} cells)"
+                 for p, (o, c) in seen.get(n, {}).items()]
+        parts.append(f"{n}: " + (", ".join(where) if where else "no rows"))
+    return "; ".join(parts)
