@@ -15,8 +15,9 @@ Two halves:
   (Chinese, verbatim), an English rendering, the kind of claim, the verdict and its
   evidence. API claims name the checks they rest on and the outcome recorded for the
   reference vLLM (tests re-run the checks and fail if vLLM changes). Numeric claims
-  name a derivation rule; their verdict comes from measured rows
-  (:mod:`specdec.store` + :mod:`specdec.metrics`) or is ``pending-measurement``.
+  name a derivation rule and the article's setting; their verdict comes from measured
+  rows in that setting only (:mod:`specdec.comparability`), rows in another setting give
+  ``our-figure-in-our-setting``, and no rows ``pending-measurement``.
   No number is ever written into the ledger as ours.
 """
 from __future__ import annotations
