@@ -119,16 +119,21 @@ def _claim(ledger, cid):
     return next(c for c in ledger if c["id"] == cid)
 
 
+#: The article's setup as a profile (never run by this study): its rows are the only ones that
+#: can be in the article's setting (Llama-3-8B, 1x A100, a trained draft).
+ARTICLE_PROFILE, ARTICLE_DRAFT = "a100-llama3-8b", "draft-llama-3.2-1b"
+
+
 @pytest.mark.parametrize("spec_tok_s, verdict", [(200.0, "reproduced"), (100.0, "contradicted")])
 def test_numeric_verdict_comes_from_rows(ledger, tmp_path, spec_tok_s, verdict):
-    """C12 (K=5, 2.1x): our figure is the stored rows' speedup, and the verdict follows it."""
-    store.write_cell("cpu-smollm2", "base", _runs("cpu-smollm2", "base", "baseline", 0, 1, 100.0,
-                                                  "k-sweep"), root=tmp_path)
-    store.write_cell("cpu-smollm2", "spec", _runs("cpu-smollm2", "spec", "draft-x", 5, 1,
-                                                  spec_tok_s, "k-sweep", accepted=30),
+    """C12 (K=5, 2.1x at 68 %): rows in the article's setting decide, by their speedup."""
+    p = ARTICLE_PROFILE
+    store.write_cell(p, "base", _runs(p, "base", "baseline", 0, 1, 100.0, "k-sweep"),
                      root=tmp_path)
+    store.write_cell(p, "spec", _runs(p, "spec", ARTICLE_DRAFT, 5, 1, spec_tok_s, "k-sweep",
+                                      accepted=30), root=tmp_path)
     d = claims.derive_verdict(_claim(ledger, "C12"), root=tmp_path)
-    assert d["verdict"] == verdict and d["basis"] == "rows"
+    assert d["verdict"] == verdict and d["basis"] == "rows" and d["cells"] == ["spec"]
     assert f"speedup {spec_tok_s / 100:.2f}x" in d["observed"]
     assert "acceptance 60%" in d["observed"]  # 30 accepted of 50 drafted, from the rows
     assert "article: k 5" in d["observed"]
@@ -137,15 +142,32 @@ def test_numeric_verdict_comes_from_rows(ledger, tmp_path, spec_tok_s, verdict):
         "pending-measurement"
 
 
+@pytest.mark.parametrize("spec_tok_s", [200.0, 100.0])
+def test_cpu_rows_are_our_figure_never_a_verdict(ledger, tmp_path, spec_tok_s):
+    """The same rows on SmolLM2-135M / CPU: another model and hardware, so no verdict."""
+    p = "cpu-smollm2"
+    store.write_cell(p, "base", _runs(p, "base", "baseline", 0, 1, 100.0, "k-sweep"),
+                     root=tmp_path)
+    store.write_cell(p, "spec", _runs(p, "spec", "draft-trunc-16", 5, 1, spec_tok_s, "k-sweep",
+                                      accepted=34), root=tmp_path)  # 68 %: the article's
+    d = claims.derive_verdict(_claim(ledger, "C12"), root=tmp_path)
+    assert d["verdict"] == claims.OUR_FIGURE and d["cells"] == [], d
+    assert "model smollm2-135m (the article's: llama-3-8b)" in d["observed"]
+    assert "hardware CPU (the article's: 1x A100)" in d["observed"]
+    assert f"speedup {spec_tok_s / 100:.2f}x" in d["observed"]
+
+
 def test_temperature_rule_reads_acceptance_per_temperature(ledger, tmp_path):
     for t, acc in ((0.0, 12), (1.0, 3)):  # of 30 draft tokens per repeat: 40%, 10%
         tag = f"{t:g}".replace(".", "p")
         store.write_cell("cpu-smollm2", f"b{tag}", _runs("cpu-smollm2", f"b{tag}", "baseline", 0,
                                                           1, 100.0, "temperature", t),
                          root=tmp_path)
-        store.write_cell("cpu-smollm2", f"s{tag}", _runs("cpu-smollm2", f"s{tag}", "ngram", 3, 1,
-                                                          100.0, "temperature", t, acc),
+        store.write_cell("cpu-smollm2", f"s{tag}", _runs("cpu-smollm2", f"s{tag}",
+                                                          "draft-trunc-16", 3, 1, 100.0,
+                                                          "temperature", t, acc),
                          root=tmp_path)
+    # C26's setting is any model and hardware with a draft model: these rows are in it.
     pending = {**_claim(ledger, "C26"), "verdict": "pending-measurement"}
     d = claims.derive_verdict(pending, root=tmp_path)
     assert d["verdict"] == "reproduced", d
@@ -235,22 +257,29 @@ def test_ledger_table_shows_each_vllm_version(tmp_path):
 
 
 def test_bounds_never_decide_a_verdict(ledger, tmp_path):
-    """The target as its own draft (perfect acceptance) is a bound: shown, never a verdict."""
-    store.write_cell("cpu-smollm2", "base", _runs("cpu-smollm2", "base", "baseline", 0, 1, 100.0,
-                                                  "k-sweep"), root=tmp_path)
-    store.write_cell("cpu-smollm2", "self", _runs("cpu-smollm2", "self", "draft-self", 5, 1,
-                                                  210.0, "k-sweep", accepted=50), root=tmp_path)
-    d = claims.derive_verdict(_claim(ledger, "C12"), root=tmp_path)
-    assert d["verdict"] == "pending-measurement"
-    assert "Bounds, not used for the verdict" in d["observed"] and "2.10x" in d["observed"]
+    """The target as its own draft (perfect acceptance) is a bound: shown, never a verdict,
+    even in the article's own setting."""
+    p = ARTICLE_PROFILE
+    store.write_cell(p, "base", _runs(p, "base", "baseline", 0, 1, 100.0, "k-sweep"),
+                     root=tmp_path)
+    store.write_cell(p, "self", _runs(p, "self", "draft-self", 5, 1, 210.0, "k-sweep",
+                                      accepted=50), root=tmp_path)
+    claim = _claim(ledger, "C12")
+    d = claims.derive_verdict(claim, root=tmp_path)
+    assert d["verdict"] not in claims.JUDGED and d["cells"] == []
+    assert "sanity bound, never a verdict" in d["observed"] and "2.10x" in d["observed"]
 
 
 def test_speedup_at_incomparable_acceptance_gives_no_verdict(ledger, tmp_path):
-    """A 4 %-acceptance draft cannot confirm or refute a claim made at 68 % acceptance."""
-    store.write_cell("cpu-smollm2", "base", _runs("cpu-smollm2", "base", "baseline", 0, 1, 100.0,
-                                                  "k-sweep"), root=tmp_path)
-    store.write_cell("cpu-smollm2", "trunc", _runs("cpu-smollm2", "trunc", "draft-trunc", 5, 1,
-                                                   40.0, "k-sweep", accepted=2), root=tmp_path)
+    """A 4 %-acceptance draft cannot confirm or refute a claim made at 68 % acceptance,
+    even on the article's model and hardware."""
+    p = ARTICLE_PROFILE
+    store.write_cell(p, "base", _runs(p, "base", "baseline", 0, 1, 100.0, "k-sweep"),
+                     root=tmp_path)
+    store.write_cell(p, "trunc", _runs(p, "trunc", ARTICLE_DRAFT, 5, 1, 40.0, "k-sweep",
+                                       accepted=2), root=tmp_path)
     d = claims.derive_verdict(_claim(ledger, "C12"), root=tmp_path)
-    assert d["verdict"] == "pending-measurement"
+    assert d["verdict"] == claims.OUR_FIGURE
     assert "speedup 0.40x" in d["observed"] and "not comparable" in d["observed"]
+    assert "acceptance 4% (the article's: 68%" in d["observed"]
+    assert "the article's: llama-3-8b" not in d["observed"]  # only acceptance differs

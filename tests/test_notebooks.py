@@ -8,6 +8,7 @@ rows written to a temporary folder, never to data/).
 from __future__ import annotations
 
 import json
+import re
 
 import nbformat
 import numpy as np
@@ -34,6 +35,12 @@ def test_notebook_executes_in_replay_mode(notebook, tmp_path):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, f"{notebook.name}: {errors[0]['ename']}: {errors[0]['evalue']}"
+    # Prose may only cite glued values (tests/test_prose.py); each must exist once executed.
+    cited = {name for c in nb.cells if c.cell_type == "markdown"
+             for name in re.findall(r"\{glue(?::\w+)?\}`([^`]+)`", c.source)}
+    glued = {o.get("metadata", {}).get("scrapbook", {}).get("name")
+             for c in nb.cells for o in c.get("outputs", [])}
+    assert cited <= glued, f"{notebook.name}: prose cites unglued {sorted(cited - glued)}"
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)

@@ -15,8 +15,9 @@ Two halves:
   (Chinese, verbatim), an English rendering, the kind of claim, the verdict and its
   evidence. API claims name the checks they rest on and the outcome recorded for the
   reference vLLM (tests re-run the checks and fail if vLLM changes). Numeric claims
-  name a derivation rule; their verdict comes from measured rows
-  (:mod:`specdec.store` + :mod:`specdec.metrics`) or is ``pending-measurement``.
+  name a derivation rule and the article's setting; their verdict comes from measured
+  rows in that setting only (:mod:`specdec.comparability`), rows in another setting give
+  ``our-figure-in-our-setting``, and no rows ``pending-measurement``.
   No number is ever written into the ledger as ours.
 """
 from __future__ import annotations
@@ -37,15 +38,21 @@ import typing
 from pathlib import Path
 from typing import Any, Callable
 
-from . import paths
+from . import comparability, paths
 from .profiles import config_hash
 from .provenance import collect as collect_provenance
 
 CLAIMS_DIR = paths.DATA_DIR / "claims"
 LEDGER_PATH = CLAIMS_DIR / "ledger.yaml"
 
-VERDICTS = ("reproduced", "contradicted", "api-does-not-exist", "exists-differently",
-            "not-testable-here", "pending-measurement")
+#: Rows exist, but none in the article's setting (:mod:`specdec.comparability`): our figure
+#: is shown in our setting. Not a verdict on the claim: never counted as reproduced or
+#: contradicted.
+OUR_FIGURE = "our-figure-in-our-setting"
+VERDICTS = ("reproduced", "contradicted", OUR_FIGURE, "api-does-not-exist",
+            "exists-differently", "not-testable-here", "pending-measurement")
+#: The verdicts that judge a claim: on a numeric claim, from comparable rows only.
+JUDGED = ("reproduced", "contradicted")
 KINDS = ("api", "numeric", "advice", "mechanism")
 #: Outcomes of one check. "ignored": vLLM accepts the value but discards it.
 OUTCOMES = ("accepted", "rejected", "ignored", "present", "missing")
@@ -720,7 +727,7 @@ def recorded_spec_fields(claims_dir: Path | None = None) -> dict[str, list[str]]
 # The ledger
 # --------------------------------------------------------------------------- #
 LEDGER_KEYS = {"id", "section", "kind", "zh", "en", "verdict", "observed", "evidence",
-               "checks", "derive", "article"}
+               "checks", "derive", "article", "setting"}
 
 
 class LedgerError(ValueError):
@@ -755,10 +762,14 @@ def load_ledger(path: Path | None = None) -> list[dict[str, Any]]:
                 raise LedgerError(f"{where}.checks.{cid}: {outcome!r} is not one of {OUTCOMES}")
         derive = c.get("derive")
         if derive:
-            bad = set(derive) - {"rule", "profiles", "bounds", "bound_methods", "experiments",
-                                 "method_regex", "acceptance_like"}
+            bad = set(derive) - {"rule", "profiles", "bound_methods", "experiments",
+                                 "method_regex"}
             if bad:
                 raise LedgerError(f"{where}.derive: unknown key {sorted(bad)[0]!r}")
+            try:  # a rule compares with the article's setting: it must be stated
+                comparability.ArticleSetting.from_claim(c)
+            except comparability.SettingError as e:
+                raise LedgerError(f"{where}: {e}") from None
             if derive.get("rule") not in DERIVATIONS:
                 raise LedgerError(f"{where}.derive.rule: unknown rule {derive.get('rule')!r}")
             for k in ("profiles", "experiments"):
@@ -774,21 +785,17 @@ def load_ledger(path: Path | None = None) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- #
 # Numeric verdicts from measured rows (never from typed numbers)
 # --------------------------------------------------------------------------- #
-#: Relative tolerance for "reproduced" when comparing our figure with the article's.
+#: Relative tolerance for "reproduced" when comparing our figure with the article's
+#: (only ever on cells of the article's setting: :mod:`specdec.comparability`).
 TOLERANCE = 0.2
-#: A measured cell is comparable with an article figure stated at acceptance a if its own
-#: acceptance rate is within this absolute distance of a.
-ACCEPTANCE_WINDOW = 0.1
-#: Hardware labels for the observed text (profiles not listed are named as is).
-_SETTING = {"cpu-smollm2": "SmolLM2-135M on 2 CPU cores",
-            "h200-mechanics": "Llama-3-8B shape on one H200, random weights"}
 
 
 def summary(profiles: list[str], root: Path | None = None):
     """Per-cell summary with speedups (:mod:`specdec.metrics`) of the profiles' ok rows, or None."""
     from . import metrics, store
 
-    runs = store.load_runs(profiles, root=root, only_ok=True)
+    runs = store.load_runs(profiles, root=Path(root) if root is not None else None,
+                           only_ok=True)
     if runs.empty:
         return None
     return metrics.with_speedup(metrics.summarize(runs))
@@ -838,28 +845,15 @@ def _rows_for(summary, derive: dict):
 
 def _fmt_cell(r) -> str:
     acc = "" if r.acceptance_rate != r.acceptance_rate else f", acceptance {r.acceptance_rate:.0%}"
+    row = r._asdict() if hasattr(r, "_asdict") else r
+    setting = comparability.cell_setting(row).describe()
     return (f"{r.profile}/{r.method} K={r.num_speculative_tokens} batch={r.batch_size} "
-            f"[{_SETTING.get(r.profile, r.profile)}]: speedup {r.speedup:.2f}x{acc}")
+            f"[{setting}]: speedup {r.speedup:.2f}x{acc}")
 
 
 def _best(df, derive, article):
-    """Our best speedup against the article's, judged only on cells comparable to its setting.
-
-    A speedup figure rests on an acceptance rate: where the article states one (or the
-    ledger names the article's own figure for the setting, ``derive.acceptance_like``),
-    only cells within :data:`ACCEPTANCE_WINDOW` of it can reproduce or contradict the
-    claim. Others are reported as figures, with no verdict (``None``).
-    """
-    target = article.get("acceptance", derive.get("acceptance_like"))
+    """Our best speedup against the article's (the caller passes comparable cells only)."""
     best = df.loc[df["speedup"].idxmax()]
-    if target is not None:
-        comparable = df[(df["acceptance_rate"] - target).abs() <= ACCEPTANCE_WINDOW]
-        if comparable.empty:
-            return None, (f"best of {len(df)} cell(s): {_fmt_cell(best)}; not comparable: no "
-                          f"cell accepts within {ACCEPTANCE_WINDOW:.0%} of the article's "
-                          f"{target:.0%}"), list(df["cell_id"])
-        df = comparable
-        best = df.loc[df["speedup"].idxmax()]
     verdict = "reproduced" if _close(best.speedup, article["speedup"]) else "contradicted"
     return verdict, f"best of {len(df)} cell(s): {_fmt_cell(best)}", list(df["cell_id"])
 
@@ -935,32 +929,43 @@ def _article_text(article: dict) -> str:
 def derive_verdict(claim: dict, root: Path | None = None) -> dict[str, Any]:
     """The claim's verdict now: derived from rows for claims with a rule, else the ledger's.
 
-    ``derive.profiles`` have real weights and decide the verdict; ``derive.bounds``
-    (random-weight profiles, whose acceptance is an artefact) and ``derive.bound_methods``
-    (e.g. the target as its own draft: perfect acceptance at the target's cost) only add
-    their figure.
-    Returns ``{"verdict", "observed", "evidence", "basis"}``; ``basis`` is "rows",
-    "ledger" or "pending" (a rule whose rows do not exist yet).
+    Rows of ``derive.profiles`` are split by the comparability rule
+    (:func:`specdec.comparability.compare` against the claim's ``setting``): only cells in
+    the article's setting can decide; the others give *our figure in our setting*. Methods
+    in ``derive.bound_methods`` (the target drafting for itself) are a sanity bound: if one
+    accepts less than :data:`SANITY_ACCEPTANCE`, no row beside it is used.
+
+    Returns ``{"verdict", "observed", "evidence", "basis", "cells"}``; ``basis`` is "rows",
+    "ledger" or "pending" (a rule whose rows do not exist yet); ``cells`` are the cell ids a
+    verdict from rows rests on (empty otherwise).
     """
+    import pandas as pd
+
     derive = claim.get("derive")
     base = {"verdict": claim["verdict"], "observed": claim["observed"].strip(),
-            "evidence": list(claim["evidence"]), "basis": "ledger"}
+            "evidence": list(claim["evidence"]), "basis": "ledger", "cells": []}
     if not derive:
         return base
     article = claim.get("article") or {}
+    setting = comparability.ArticleSetting.from_claim(claim)
     rule = DERIVATIONS[derive["rule"]]
-    bounds = list(derive.get("bounds", []))
-    summ = summary(list(derive["profiles"]) + bounds, root)
-    got = bound = None
+    self_drafts = tuple(derive.get("bound_methods", []))
+    summ = summary(list(derive["profiles"]), root)
+    got = other = bound = None
     insane = None
+    why_not = ""
     if summ is not None:
-        bound_method = summ["method"].isin(derive.get("bound_methods", []))
-        real = summ["profile"].isin(derive["profiles"]) & ~bound_method
-        insane = failed_sanity_bound(summ[summ["profile"].isin(derive["profiles"])
-                                          & bound_method], derive)
-        got = rule(summ[real], derive, article)
-        if bounds or derive.get("bound_methods"):
-            bound = rule(summ[~real], derive, article)
+        is_self = summ["method"].isin(self_drafts)
+        insane = failed_sanity_bound(summ[is_self], derive)
+        comps = pd.Series(comparability.compare_rows(setting, summ, self_drafts),
+                          index=summ.index, dtype=object)
+        like = comps.map(lambda c: c.comparable).astype(bool)
+        got = rule(summ[like], derive, article)
+        other = rule(summ[~like & ~is_self], derive, article)
+        bound = rule(summ[~like & is_self], derive, article)
+        if other is not None:
+            why_not = comparability.summarize(comps[summ["cell_id"].isin(other[2]) & ~like
+                                                    & ~is_self])
     where = f"{', '.join(derive['profiles'])} experiment(s) {', '.join(derive['experiments'])}"
     text = base["observed"]
     ev = list(base["evidence"])
@@ -973,23 +978,65 @@ def derive_verdict(claim: dict, root: Path | None = None) -> dict[str, Any]:
         verdict = base["verdict"]
         return {**base, "verdict": verdict, "observed": text, "evidence": ev,
                 "basis": "pending" if verdict == "pending-measurement" else "ledger"}
-    if got is None:
+    if got is None and other is None and bound is None:
         text += f" Measured figure: no measured rows yet for {where}."
-    else:
-        text += f" Measured figure, {got[1]} (article: {_article_text(article)})."
-        ev.append(f"rows: {where} ({len(got[2])} cells)")
+    if got is not None:
+        text += (f" Measured in the article's setting ({setting.describe()}): {got[1]} "
+                 f"(article: {_article_text(article)}).")
+        ev.append(f"rows: {where} ({len(got[2])} cells in the article's setting)")
+    if other is not None:
+        text += (f" Our figure in our setting, not comparable with the article's "
+                 f"({why_not}): {other[1]}.")
+        ev.append(f"rows: {where} ({len(other[2])} cells in our setting only)")
     if bound is not None:
-        text += (f" Bounds, not used for the verdict (random weights or the target as its own "
-                 f"draft): {bound[1]}.")
-        ev.append(f"rows: bounds ({len(bound[2])} cells)")
+        text += (f" The target as its own draft (a sanity bound, never a verdict): "
+                 f"{bound[1]}.")
+        ev.append(f"rows: {where} ({len(bound[2])} sanity-bound cells)")
     if claim["verdict"] != "pending-measurement":
         # The ledger verdict rests on an API check (e.g. the pair is refused); it stands.
-        return {**base, "observed": text, "evidence": ev,
-                "basis": "rows" if got is not None else "ledger"}
-    if got is None or got[0] is None:  # no rows, or none comparable with the article's
-        return {**base, "verdict": "pending-measurement", "observed": text, "evidence": ev,
-                "basis": "pending"}
-    return {"verdict": got[0], "observed": text, "evidence": ev, "basis": "rows"}
+        return {**base, "observed": text, "evidence": ev}
+    if got is not None and got[0] in JUDGED:
+        return {"verdict": got[0], "observed": text, "evidence": ev, "basis": "rows",
+                "cells": list(got[2])}
+    if got is None and (other is not None or bound is not None):
+        return {**base, "verdict": OUR_FIGURE, "observed": text, "evidence": ev,
+                "basis": "rows"}
+    # No rows, or rows in the article's setting that decide nothing (e.g. no K pays).
+    return {**base, "verdict": "pending-measurement", "observed": text, "evidence": ev,
+            "basis": "pending"}
+
+
+def judged_summary(table) -> str:
+    """How many numeric claims our rows could judge, and why the others could not."""
+    numeric = table[table["kind"] == "numeric"]
+    judged = numeric[(numeric["basis"] == "rows") & numeric["verdict"].isin(JUDGED)]
+    ours = int((table["verdict"] == OUR_FIGURE).sum())
+    if judged.empty and ours == 0:
+        return "no numeric claim could be judged from our rows yet"
+    if judged.empty:
+        return (f"no numeric claim could be judged from our rows: none is in the article's "
+                f"setting ({ours} claim(s) show our figure in our setting only)")
+    return (f"{len(judged)} numeric claim(s) are judged from rows in the article's setting "
+            f"({', '.join(judged['id'])}); {ours} show our figure in our setting only")
+
+
+def setting_table(table=None, path: Path | None = None):
+    """The article's setting (:mod:`specdec.comparability`) of every claim with a derivation
+    rule, with the verdict ``table`` (:func:`ledger_table`) shows for it."""
+    import pandas as pd
+
+    rows = []
+    for c in load_ledger(path):
+        if not c.get("derive"):
+            continue
+        s = comparability.ArticleSetting.from_claim(c)
+        acc = s.acceptance if isinstance(s.acceptance, str) else f"{s.acceptance:.0%}"
+        rows.append({"claim": c["id"], "model": s.model, "hardware": s.hardware,
+                     "method": s.method, "acceptance": acc})
+    out = pd.DataFrame(rows)
+    if table is not None and len(out):
+        out["verdict"] = out["claim"].map(table.set_index("id")["verdict"])
+    return out
 
 
 def ledger_table(root: Path | None = None, checks=None, path: Path | None = None):
@@ -1183,6 +1230,48 @@ def component_map(checks=None):
                                                       key=lambda kv: order.get(kv[0][0], 99))])
 
 
+def config_vocab_size(name: str) -> int:
+    """``vocab_size`` of a published config under ``data/model_configs/<name>/``."""
+    cfg = json.loads((paths.MODEL_CONFIGS_DIR / name / "config.json").read_text())
+    return int(cfg.get("vocab_size") or cfg["text_config"]["vocab_size"])
+
+
+def large_k_checked(checks=None) -> list[int]:
+    """The K values check ``spec_k_large`` tried, read from its recorded results."""
+    checks = load_checks() if checks is None else checks
+    rows = checks[checks["check_id"] == "spec_k_large"]
+    ks = {int(k.split("=")[1]) for obs in rows["observed"] for k in json.loads(obs)}
+    return sorted(ks)
+
+
+def k_bounds_sentence(checks=None) -> str:
+    """What every recorded vLLM says to K = 0 and to the large K values (checks spec_k_zero,
+    spec_k_large), e.g. "K = 0 is rejected, K = 16, 32 and 64 are accepted (vllm 0.26.0, ...)"."""
+    checks = load_checks() if checks is None else checks
+
+    def said(check_id):
+        rows = checks[checks["check_id"] == check_id]
+        return {f"{r.vllm_package} {r.vllm_version}": r for r in rows.itertuples()}
+
+    zero, large = said("spec_k_zero"), said("spec_k_large")
+    if not zero or not large:
+        return "not recorded yet (run `python -m specdec.claims --only spec_k_zero spec_k_large`)"
+    said_by: dict[str, list[str]] = {}  # statement -> versions that make it
+    for version in sorted(set(zero) | set(large)):
+        bits = []
+        if version in zero:
+            bits.append(f"K = 0 is {zero[version].outcome}")
+        if version in large:
+            by_outcome: dict[str, list[str]] = {}
+            for k, outcome in json.loads(large[version].observed).items():
+                by_outcome.setdefault(outcome, []).append(k.split("=")[1])
+            for outcome, ks in by_outcome.items():
+                listed = ", ".join(ks[:-1]) + f" and {ks[-1]}" if len(ks) > 1 else ks[0]
+                bits.append(f"K = {listed} {'are' if len(ks) > 1 else 'is'} {outcome}")
+        said_by.setdefault(", ".join(bits), []).append(version)
+    return "; ".join(f"{text} by {' and '.join(versions)}" for text, versions in said_by.items())
+
+
 def _speculative_summary(summ):
     return summ[(summ["method"] != "baseline") & (summ["speedup_status"] == "ok")]
 
@@ -1232,7 +1321,7 @@ def oom_failures(profiles: list[str], root: Path | None = None):
     """Failed cells whose error says the device ran out of memory, with the error verbatim."""
     from . import metrics, store
 
-    runs = store.load_runs(profiles, root=root)
+    runs = store.load_runs(profiles, root=Path(root) if root is not None else None)
     if runs.empty:
         return runs.iloc[:0]
     f = metrics.failures(runs)

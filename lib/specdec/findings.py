@@ -1,0 +1,313 @@
+"""Sentences that data can overturn, generated from the rows and glued like numbers.
+
+A chapter states a conclusion such as "prompt lookup is the method that paid here" only as
+the output of a function over stored rows, so the sentence changes when new rows arrive.
+Conclusions about methods read only cells whose acceptance a draft *reached* (trained
+weights, standard rejection sampling: :mod:`specdec.comparability`): acceptance set by
+synthetic rejection sampling prices a method, it does not show that the method pays.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from . import comparability, paths
+
+#: Methods whose draft is the target itself: a sanity bound, not a method to deploy.
+SELF_DRAFTS = ("draft-self",)
+#: vLLM method -> the family named in prose.
+FAMILIES = {"ngram": "prompt lookup", "suffix": "prompt lookup", "draft_model": "a draft model",
+            "eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP"}
+SELF_FAMILY = "the target as its own draft"
+#: Summary columns the sentences read (an absent summary is read as empty with these).
+_COLUMNS = ["profile", "method", "num_speculative_tokens", "batch_size", "workload",
+            "temperature", "speedup", "speedup_ci_low", "speedup_status", "acceptance_rate",
+            "acceptance_alpha", "peak_memory_bytes", "experiment_tags", "cell_id"]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _cap(s: str) -> str:
+    return s[:1].upper() + s[1:]
+
+
+def family(profile: str, method: str, self_drafts=SELF_DRAFTS) -> str:
+    """The family of a profile's method as prose names it."""
+    if method in self_drafts:
+        return SELF_FAMILY
+    setting = comparability.profile_setting(profile)
+    vllm_method = setting.methods.get(method, method) if setting else method
+    return FAMILIES.get(vllm_method, vllm_method or "no speculation")
+
+
+def reached_cells(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> pd.DataFrame:
+    """Greedy speculative cells with a speedup whose acceptance a draft reached, with a
+    ``family`` column."""
+    if summary is None or summary.empty:
+        empty = summary if summary is not None else pd.DataFrame(columns=_COLUMNS)
+        return empty.iloc[:0].assign(family=pd.Series(dtype=object))
+    df = summary[(summary["method"] != "baseline") & (summary["temperature"] == 0)
+                 & (summary["speedup_status"] == "ok")]
+    origin = [comparability.cell_setting(r).acceptance_origin for r in df.to_dict("records")]
+    df = df[[o == comparability.REACHED for o in origin]]
+    return df.assign(family=[family(p, m, self_drafts) for p, m in zip(df["profile"],
+                                                                        df["method"])])
+
+
+def _pays(r) -> bool:
+    """A cell pays if the interval of its speedup lies above 1 (the median alone may be noise)."""
+    low = r["speedup_ci_low"]
+    return bool(r["speedup"] > 1 and (pd.isna(low) or low > 1))
+
+
+def method_that_paid(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
+    """The headline of what paid: the family (or families) whose best cell beat its baseline."""
+    cells = reached_cells(summary, self_drafts)
+    cells = cells[cells["family"] != SELF_FAMILY]
+    if cells.empty:
+        return "**No speculative method has measured rows with reached acceptance yet.**"
+    best = cells.loc[cells.groupby("family")["speedup"].idxmax()].sort_values(
+        "speedup", ascending=False)
+    paying = [r["family"] for _, r in best.iterrows() if _pays(r)]
+    if not paying:
+        return ("**No method paid here**: no speculative cell beat its baseline beyond the "
+                "interval of its median.")
+    if len(paying) == 1:
+        return f"**{_cap(paying[0])} is the method that paid here.**"
+    return (f"**{_cap(paying[0])} paid most here**, ahead of " + ", ".join(paying[1:]) + ".")
+
+
+def acceptance_by_workload(summary: pd.DataFrame, families=("prompt lookup",),
+                           self_drafts=SELF_DRAFTS) -> str:
+    """Where a family's acceptance is highest and lowest, by workload (mean over its cells)."""
+    cells = reached_cells(summary, self_drafts)
+    cells = cells[cells["family"].isin(families) & cells["acceptance_rate"].notna()]
+    by = cells.groupby("workload")["acceptance_rate"].mean().sort_values(ascending=False)
+    if len(by) < 2:
+        return "not measured on more than one workload yet"
+    parts = ", ".join(f"{w} {_pct(a)}" for w, a in by.items())
+    return (f"its acceptance is highest on {by.index[0]} and lowest on {by.index[-1]} "
+            f"(mean over cells: {parts})")
+
+
+def self_draft_sentence(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
+    """What the target drafting for itself did: accepted how much, and whether it paid."""
+    from .claims import SANITY_ACCEPTANCE
+
+    cells = reached_cells(summary, self_drafts)
+    cells = cells[cells["family"] == SELF_FAMILY]
+    if cells.empty:
+        return "The target as its own draft is not measured yet"
+    acc = cells["acceptance_rate"].min()
+    accepts = ("accepts everything" if acc >= SANITY_ACCEPTANCE
+               else f"accepts only {_pct(acc)} of its draft tokens at worst")
+    if cells["speedup"].max() < 1:
+        return (f"The target as its own draft {accepts} and still loses at every measured K "
+                f"and batch size: acceptance alone does not make speculation pay; the draft's "
+                f"cost decides")
+    best = cells.loc[cells["speedup"].idxmax()]
+    return (f"The target as its own draft {accepts} and gains at best "
+            f"{best['speedup']:.2f}× ({best['method']}, K={int(best['num_speculative_tokens'])}, "
+            f"batch {int(best['batch_size'])}), although it costs a full target pass per token")
+
+
+def lossless_headline(lossless: pd.DataFrame | None, bold: bool = True) -> str:
+    """Whether greedy speculation reproduced the baseline wherever it was compared."""
+    compared = (lossless[lossless["status"] == "compared"]
+                if lossless is not None and len(lossless) else None)
+    if compared is None or compared.empty:
+        text = "losslessness was not checked yet"
+    elif bool(compared["identical_to_baseline"].all()):
+        text = "greedy speculation was lossless where it was checked"
+    else:
+        text = "greedy speculation was not lossless everywhere it was checked"
+    return f"**{_cap(text)}**" if bold else text
+
+
+def acceptance_falls_with_k(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
+    """Whether acceptance at the largest K is below that at the smallest K, per configuration
+    measured at several K (the target as its own draft excluded: it accepts all by design)."""
+    cells = reached_cells(summary, self_drafts)
+    cells = cells[(cells["family"] != SELF_FAMILY) & cells["acceptance_rate"].notna()]
+    keys = ["profile", "method", "workload", "batch_size"]
+    falls, total = [], 0
+    for key, g in cells.groupby(keys):
+        if g["num_speculative_tokens"].nunique() < 2:
+            continue
+        total += 1
+        g = g.sort_values("num_speculative_tokens")
+        if g["acceptance_rate"].iloc[-1] < g["acceptance_rate"].iloc[0]:
+            falls.append(key[1])
+    if total == 0:
+        return "acceptance against K is not measured yet"
+    if len(falls) == total:
+        return f"acceptance falls with K (in all {total} configurations measured at several K)"
+    return (f"acceptance fell with K in {len(falls)} of {total} configurations measured at "
+            f"several K")
+
+
+def gpu_campaigns(root: Path | None = None) -> str:
+    """Which GPU campaigns have rows, and what their acceptance is (reached or not)."""
+    from . import profiles, store
+
+    root = Path(root) if root is not None else None
+    parts, missing = [], []
+    for name in profiles.list_profiles():
+        setting = comparability.profile_setting(name)
+        prof = profiles.load_profile(name)
+        if setting is None or setting.hardware == "CPU" or prof.reference_only:
+            continue
+        runs = store.load_runs([name], root=root, only_ok=True)
+        if runs.empty:
+            missing.append(f"`{name}`")
+            continue
+        set_acc = runs["acceptance_alpha"].notna().any() if "acceptance_alpha" in runs else False
+        kind = ("set acceptance and random weights: it prices speculation at a chosen acceptance"
+                if set_acc else "random weights: its costs are real, its acceptance is not"
+                if setting.random_weights else "trained weights")
+        parts.append(f"`{name}` has {runs['cell_id'].nunique()} measured cells on "
+                     f"{setting.hardware} ({kind})")
+    text = "; ".join(parts) if parts else "no GPU campaign has measured rows yet"
+    if missing:
+        text += "; " + ", ".join(missing) + (" is" if len(missing) == 1 else " are") + \
+            " prepared but not measured"
+    return text
+
+
+def batch_trend(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
+    """Whether the speedup at the largest measured batch is above or below the smallest's,
+    per configuration measured at several batch sizes."""
+    cells = reached_cells(summary, self_drafts)
+    cells = cells[cells["family"] != SELF_FAMILY]
+    parts, lower, total = [], 0, 0
+    for (p, m, k, w), g in cells.groupby(["profile", "method", "num_speculative_tokens",
+                                          "workload"]):
+        if g["batch_size"].nunique() < 2:
+            continue
+        g = g.sort_values("batch_size")
+        first, last = g.iloc[0], g.iloc[-1]
+        total += 1
+        lower += bool(last["speedup"] < first["speedup"])
+        parts.append(f"{m} (K = {int(k)}) on `{p}`: {first['speedup']:.2f}× at batch "
+                     f"{int(first['batch_size'])}, {last['speedup']:.2f}× at batch "
+                     f"{int(last['batch_size'])}")
+    if total == 0:
+        return "no configuration is measured at several batch sizes yet"
+    verdict = ("lower at the largest batch than at the smallest in every configuration"
+               if lower == total else
+               "not lower at the largest batch in any configuration" if lower == 0 else
+               f"lower at the largest batch in {lower} of {total} configurations")
+    return f"in our rows the speedup was {verdict} ({'; '.join(parts)})"
+
+
+def sanity_bound_sentence(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
+    """Whether the target drafting for itself accepted what it must, wherever it ran."""
+    from .claims import failed_sanity_bound
+
+    if summary is None or summary.empty:
+        return "no row of the target drafting for itself is stored yet"
+    selfd = summary[summary["method"].isin(self_drafts)]
+    if selfd.empty:
+        return "no row of the target drafting for itself is stored yet"
+    tags = sorted({t for tags in selfd["experiment_tags"] for t in tags})
+    failed = failed_sanity_bound(selfd, {"experiments": tags})
+    where = ", ".join(f"`{p}`" for p in sorted(selfd["profile"].unique()))
+    if failed is None:
+        return f"in this study's rows ({where}) it did, wherever it ran"
+    return f"in this study's rows ({where}) it did not everywhere: {failed}"
+
+
+def memory_vs_batch(summary: pd.DataFrame) -> str:
+    """How much the measured peak memory moved across batch sizes, per method and campaign."""
+    if summary is None or summary.empty:
+        return "not measured yet"
+    parts = []
+    for (p, m), g in summary.dropna(subset=["peak_memory_bytes"]).groupby(["profile", "method"]):
+        if g["batch_size"].nunique() < 2:
+            continue
+        lo, hi = g["peak_memory_bytes"].min(), g["peak_memory_bytes"].max()
+        parts.append((hi / lo - 1, f"{m} on `{p}` {lo / 2**30:.2f}–{hi / 2**30:.2f} GiB"))
+    if not parts:
+        return "no method is measured at several batch sizes yet"
+    worst = max(x for x, _ in parts)
+    return (f"across batch sizes the peak moved by at most {100 * worst:.0f} % "
+            f"({'; '.join(t for _, t in parts)})")
+
+
+def self_draft_at_zero(summary: pd.DataFrame, lossless: pd.DataFrame | None,
+                       self_drafts=SELF_DRAFTS) -> str:
+    """Whether the greedy (T = 0) cells beside the self-draft are sound: it must accept what
+    the sanity bound asks and reproduce the baseline."""
+    from .claims import SANITY_ACCEPTANCE
+
+    cells = summary[summary["method"].isin(self_drafts) & (summary["temperature"] == 0)] \
+        if summary is not None and len(summary) else pd.DataFrame()
+    if cells.empty:
+        return "At T = 0 the self-draft is not measured yet"
+    acc = cells["acceptance_rate"].min()
+    same = None
+    if lossless is not None and len(lossless):
+        mine = lossless[lossless["cell_id"].isin(cells["cell_id"])
+                        & (lossless["status"] == "compared")]
+        if len(mine):
+            same = (int(mine["identical_requests"].sum()), int(mine["compared"].sum()))
+    identical = "" if same is None else \
+        f", and {same[0]} of {same[1]} of its requests are token-identical to the baseline's"
+    sound = acc >= SANITY_ACCEPTANCE and (same is None or same[0] == same[1])
+    return (f"At T = 0 the measurement is {'sound' if sound else 'not sound either'}: the "
+            f"self-draft accepts {_pct(acc)} of its draft tokens{identical}")
+
+
+def best_k_by_hardware(best_k: pd.DataFrame) -> str:
+    """Per campaign, whether the measured best K is one value or differs between methods
+    (``best_k``: one row per method with ``profile``, ``method`` and ``best K``)."""
+    if best_k is None or best_k.empty:
+        return "no campaign has measured speedups yet, so the rule cannot be checked here"
+    parts = []
+    for p, g in best_k.groupby("profile"):
+        ks = sorted({int(k) for k in g["best K"]})
+        each = ", ".join(f"{r['method']} {int(r['best K'])}" for _, r in g.iterrows())
+        parts.append(f"on `{p}` the best K " + (
+            f"differs between methods ({each})" if len(ks) > 1
+            else f"is {ks[0]} for every method ({each})"))
+    return "; ".join(parts)
+
+
+def methods_measured(vllm_methods=("eagle", "eagle3", "medusa", "mtp"),
+                     root: Path | None = None) -> str:
+    """Which of ``vllm_methods`` have rows in any campaign, and whether their acceptance is
+    reached (trained heads) or not (set, or random weights)."""
+    from . import profiles, store
+
+    root = Path(root) if root is not None else None
+    seen: dict[str, dict[str, tuple[set, int]]] = {}  # family -> profile -> (origins, cells)
+    for name in profiles.list_profiles():
+        setting = comparability.profile_setting(name)
+        if setting is None:
+            continue
+        wanted = [m for m, v in setting.methods.items() if v in vllm_methods]
+        if not wanted:
+            continue
+        runs = store.load_runs([name], root=root, only_ok=True)
+        if runs.empty:
+            continue
+        for m in wanted:
+            rows = runs[runs["method"] == m]
+            if rows.empty:
+                continue
+            origin = (comparability.SET if rows["acceptance_alpha"].notna().any()
+                      else comparability.RANDOM_WEIGHTS if setting.random_weights
+                      else comparability.REACHED)
+            per = seen.setdefault(FAMILIES.get(setting.methods[m], m), {})
+            origins, n = per.get(name, (set(), 0))
+            per[name] = (origins | {origin}, n + rows["cell_id"].nunique())
+    names = list(dict.fromkeys(FAMILIES.get(v, v) for v in vllm_methods))
+    parts = []
+    for n in names:
+        where = [f"`{p}` ({' and '.join(sorted(o))} acceptance, {c} cells)"
+                 for p, (o, c) in seen.get(n, {}).items()]
+        parts.append(f"{n}: " + (", ".join(where) if where else "no rows"))
+    return "; ".join(parts)

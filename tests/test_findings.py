@@ -1,0 +1,122 @@
+"""The sentences the conclusions state are generated from rows, and turn when the rows do."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from specdec import findings
+
+
+def _cell(method, speedup, acceptance=0.5, k=3, batch=1, workload="mtbench", profile="cpu-smollm2",
+          alpha=None, temperature=0.0, ci=0.05):
+    return {"profile": profile, "method": method, "num_speculative_tokens": k, "batch_size": batch,
+            "workload": workload, "temperature": temperature, "speedup": speedup,
+            "speedup_ci_low": speedup - ci, "speedup_ci_high": speedup + ci,
+            "speedup_status": "ok", "acceptance_rate": acceptance, "acceptance_alpha": alpha,
+            "experiment_tags": ["k-sweep"]}
+
+
+def _summary(*cells):
+    return pd.DataFrame(list(cells))
+
+
+@pytest.mark.parametrize("ngram, draft, expected", [
+    (1.5, 0.6, "**Prompt lookup is the method that paid here.**"),
+    (0.9, 1.4, "**A draft model is the method that paid here.**"),
+    (1.5, 1.3, "**Prompt lookup paid most here**, ahead of a draft model."),
+    (0.9, 0.6, "**No method paid here**"),
+    (1.02, 0.6, "**No method paid here**"),  # the interval reaches below 1
+])
+def test_the_method_that_paid_follows_the_rows(ngram, draft, expected):
+    summ = _summary(_cell("ngram", ngram), _cell("draft-trunc-16", draft),
+                    _cell("draft-self", 1.9, acceptance=1.0))  # a sanity bound never "pays"
+    assert findings.method_that_paid(summ).startswith(expected)
+
+
+def test_set_acceptance_never_makes_a_method_pay():
+    """The H200 surface sets acceptance: its speedups price methods, they do not show one pays."""
+    summ = _summary(_cell("ngram", 0.9), _cell("eagle3", 3.0, acceptance=1.0,
+                                               profile="h200-surface", alpha=1.0))
+    assert findings.method_that_paid(summ).startswith("**No method paid here**")
+
+
+def test_self_draft_sentence_turns_with_its_speedup():
+    loses = findings.self_draft_sentence(_summary(_cell("draft-self", 0.8, acceptance=1.0)))
+    assert "accepts everything and still loses" in loses and "cost decides" in loses
+    gains = findings.self_draft_sentence(_summary(_cell("draft-self", 1.2, acceptance=1.0)))
+    assert "gains at best 1.20×" in gains and "loses" not in gains
+
+
+def test_lossless_headline_turns_when_a_cell_differs():
+    ok = pd.DataFrame({"status": ["compared"] * 2, "identical_to_baseline": [True, True]})
+    assert findings.lossless_headline(ok) == "**Greedy speculation was lossless where it was checked**"
+    bad = ok.assign(identical_to_baseline=[True, False])
+    assert "not lossless" in findings.lossless_headline(bad, bold=False)
+
+
+def test_acceptance_with_k_and_speedup_with_batch_are_read_off_the_rows():
+    falling = _summary(_cell("ngram", 1.3, acceptance=0.6, k=1), _cell("ngram", 1.2, acceptance=0.4, k=5))
+    assert findings.acceptance_falls_with_k(falling).startswith("acceptance falls with K")
+    rising = _summary(_cell("ngram", 1.3, acceptance=0.4, k=1), _cell("ngram", 1.2, acceptance=0.6, k=5))
+    assert "in 0 of 1" in findings.acceptance_falls_with_k(rising)
+    grows = _summary(_cell("ngram", 1.4, batch=1), _cell("ngram", 1.5, batch=8))
+    assert "not lower at the largest batch" in findings.batch_trend(grows)
+    shrinks = _summary(_cell("ngram", 1.4, batch=1), _cell("ngram", 1.1, batch=8))
+    assert "lower at the largest batch than at the smallest in every" in findings.batch_trend(shrinks)
+
+
+def test_lookup_acceptance_by_workload_names_the_extremes():
+    summ = _summary(_cell("ngram", 1.3, acceptance=0.7, workload="humaneval"),
+                    _cell("suffix", 1.1, acceptance=0.3, workload="mtbench"))
+    text = findings.acceptance_by_workload(summ)
+    assert "highest on humaneval and lowest on mtbench" in text
+
+
+def test_best_k_sentence_says_whether_it_differs_between_methods():
+    differs = pd.DataFrame({"profile": ["p", "p"], "method": ["ngram", "draft"], "best K": [3, 1]})
+    assert "differs between methods" in findings.best_k_by_hardware(differs)
+    same = differs.assign(**{"best K": [3, 3]})
+    assert "is 3 for every method" in findings.best_k_by_hardware(same)
+
+
+def test_self_draft_at_zero_is_sound_only_if_it_accepts_and_matches():
+    summ = _summary(_cell("draft-self", 0.8, acceptance=1.0)).assign(cell_id="s")
+    same = pd.DataFrame({"cell_id": ["s"], "status": ["compared"], "identical_requests": [8],
+                         "compared": [8]})
+    assert "is sound" in findings.self_draft_at_zero(summ, same)
+    assert "not sound" in findings.self_draft_at_zero(summ, same.assign(identical_requests=[4]))
+    low = summ.assign(acceptance_rate=0.5)
+    assert "not sound" in findings.self_draft_at_zero(low, same)
+
+
+def test_memory_vs_batch_reports_the_largest_move():
+    summ = _summary(_cell("ngram", 1.2, batch=1), _cell("ngram", 1.3, batch=8))
+    summ["peak_memory_bytes"] = [2**30, 1.5 * 2**30]
+    assert "at most 50 %" in findings.memory_vs_batch(summ)
+
+
+def test_k_bounds_sentence_reads_the_recorded_outcomes():
+    from specdec import claims
+
+    checks = pd.DataFrame({
+        "check_id": ["spec_k_zero", "spec_k_large"], "vllm_package": ["vllm"] * 2,
+        "vllm_version": ["9.9.9"] * 2, "outcome": ["rejected", "accepted"],
+        "observed": ["{}", '{"K=16": "accepted", "K=32": "accepted", "K=64": "rejected"}']})
+    text = claims.k_bounds_sentence(checks)
+    assert text == ("K = 0 is rejected, K = 16 and 32 are accepted, K = 64 is rejected "
+                    "by vllm 9.9.9"), text
+    assert claims.large_k_checked(checks) == [16, 32, 64]
+
+
+@pytest.mark.parametrize("summary", [None, pd.DataFrame(columns=list(_cell("x", 1.0)))])
+def test_every_sentence_has_a_plain_answer_without_rows(summary, tmp_path):
+    for sentence in (findings.method_that_paid, findings.acceptance_by_workload,
+                     findings.self_draft_sentence, findings.acceptance_falls_with_k,
+                     findings.batch_trend, findings.sanity_bound_sentence,
+                     findings.memory_vs_batch):
+        assert re.search(r"\b(not|no|No)\b", sentence(summary)), sentence.__name__
+    assert "not measured" in findings.self_draft_at_zero(summary, None)
+    assert "no GPU campaign has measured rows" in findings.gpu_campaigns(str(tmp_path))
+    assert "no rows" in findings.methods_measured(root=str(tmp_path))
