@@ -103,7 +103,8 @@ def _synthetic_campaign(root, experiment: str) -> None:
                 spec_num_drafts=drafts, spec_num_draft_tokens=drafts * k if k else None,
                 spec_num_accepted_tokens=drafts // 2 if k else None,
                 spec_accepted_per_pos=[drafts // 2] + [0] * (k - 1) if k else None,
-                peak_memory_bytes=2**30, kv_cache_bytes=2**30, engine_start_s=1.0, **prov))
+                peak_memory_bytes=2**30, kv_cache_bytes=2**30, engine_start_s=1.0, **prov,
+                **{c: None for c in store.ADDED_COLUMNS}))
         store.write_cell(prof.name, cid, rows, root=root)
 
 
