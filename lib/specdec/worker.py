@@ -115,12 +115,14 @@ def set_synthetic_rates(llm, unconditional: list[float]) -> None:
     """Set the acceptance of a running engine (synthetic rejection sampling).
 
     ``unconditional[i]`` is the probability that draft positions 0..i are all accepted;
-    vLLM's kernel reads the conditional rates c_i = u_i / u_(i-1), converted here exactly
-    as vLLM converts the rates of ``speculative_config`` at start. Refuses an engine
-    that holds no synthetic sampler (started without ``rejection_sample_method:
-    synthetic``), so a cell can never be stored with rates it did not run.
+    vLLM's kernel reads conditional rates, converted by vLLM's own function (the one it
+    applies to ``speculative_config`` at start). Refuses an engine that holds no
+    synthetic sampler (started without ``rejection_sample_method: synthetic``), so a cell
+    can never be stored with rates it did not run.
     """
-    conditional = [p / q if q > 0.0 else 0.0 for p, q in zip(unconditional, [1.0, *unconditional[:-1]])]
+    from vllm.v1.spec_decode.utils import unconditional_to_conditional_rates
+
+    conditional = unconditional_to_conditional_rates(list(unconditional))
     counts = llm.collective_rpc(_write_rates, args=(conditional,))
     if not counts or min(counts) < 1:
         raise RuntimeError("no synthetic rejection sampler in this engine: "
@@ -280,8 +282,8 @@ def main(spec_file: str) -> int:
     llm = build_llm(engine, spec["target_path"], spec["speculative_config"], spec.get("tokenizer"))
     engine_start_s = time.perf_counter() - t0
     facts = engine_facts(llm)
-    kv_bytes = kv_cache_bytes(llm) or facts.pop("kv_cache_tensor_bytes", None)
-    facts.pop("kv_cache_tensor_bytes", None)
+    tensor_bytes = facts.pop("kv_cache_tensor_bytes")
+    kv_bytes = kv_cache_bytes(llm) or tensor_bytes
     emit("engine_ready", engine_start_s=engine_start_s, **facts)
     memory = PeakMemory(profile.hardware.kind == "cuda")
     speculative = spec["speculative_config"] is not None
