@@ -8,6 +8,7 @@
 #                                                 log and the lease record go to $OUT
 #   scripts/lease.sh cache                        vLLM's compile cache to $OUT, in 15 MB parts
 #
+# An EXPERIMENT written peer:NAME runs vLLM's own `bench latency` on NAME's cells (specdec.peer).
 # COMMIT is the committed, clean commit of the working tree that travelled (a copy has no
 # .git): the rows are stamped with it. Experiments run in the order given, each with what is
 # left of the budget, so the most important come first and the rest stay pending.
@@ -48,13 +49,19 @@ measure)
   for exp in "$@"; do
     left=$(( seconds - ($(date +%s) - t0) ))
     [ "$left" -lt 150 ] && { echo "budget spent: $exp not started"; break; }
+    if [ "${exp#peer:}" != "$exp" ]; then
+      # peer:EXPERIMENT = vLLM's own `bench latency` mirroring that experiment's cells.
+      python3 -m specdec.cli peer run "$profile" -e "${exp#peer:}" --results-root /tmp/results \
+        --budget "$left" 2>&1 | tee -a /tmp/run.log
+      continue
+    fi
     python3 -m specdec.cli run "$profile" -e "$exp" --results-root /tmp/results --budget "$left" 2>&1 \
       | grep --line-buffered -v "it/s\]$" | tee -a /tmp/run.log
   done
   echo "measure-end $(stamp)" >> /tmp/lease.log
   python3 -m specdec.cli status "$profile" --results-root /tmp/results 2>/dev/null | tee -a /tmp/run.log
   # Only what this lease measured goes back.
-  (cd /tmp/results && find . -name '*.parquet' -newer /tmp/lease-start -print0 \
+  (cd /tmp/results && find . \( -name '*.parquet' -o -name '*.peer.json' \) -newer /tmp/lease-start -print0 \
      | tar czf "$OUT/results.tgz" --null -T -) && cp /tmp/run.log /tmp/lease.log "$OUT/"
   ls -la "$OUT"
   ;;

@@ -68,7 +68,7 @@ FAKE_WORKER = textwrap.dedent('''
 
     worker.build_llm = lambda engine, target, spec_cfg, tok: FakeLLM(spec_cfg)
     worker.engine_facts = lambda llm: {"model_runner": "FakeRunner", "model_weight_bytes": 10,
-                                       "draft_weight_bytes": 1, "kv_cache_tokens": 100,
+                                       "draft_weight_bytes": 1, "kv_cache_tokens": 100, "cudagraph_mode": None,
                                        "kv_cache_tensor_bytes": 1000}
     worker.sampling_params = lambda s, t, i: types.SimpleNamespace(max_tokens=s["max_tokens"])
     sys.exit(worker.main(sys.argv[1]))

@@ -170,6 +170,32 @@ def test_k_zero_in_grid_is_a_profile_error():
         profile_from_dict(d)
 
 
+# -- dynamic K (num_speculative_tokens_per_batch_size) ---------------------------------- #
+def _schedule(schedule, k=3):
+    def edit(d):
+        d["methods"][1]["speculative"]["num_speculative_tokens_per_batch_size"] = schedule
+        d["experiments"][0]["methods"] = ["ngram"]
+        d["experiments"][0]["num_speculative_tokens"] = [k]
+    return edit
+
+
+def test_dynamic_k_schedule_that_vllm_accepts_passes():
+    preflight(build(_schedule([[1, 1, 3], [2, 16, 2], [17, 128, 1]])))
+
+
+@pytest.mark.parametrize("schedule, k, field, words", [
+    ([[2, 16, 3]], 3, "methods[1].speculative.num_speculative_tokens_per_batch_size",
+     "start at batch 1"),
+    ([[1, 8, 3], [4, 16, 2]], 3, "methods[1].speculative.num_speculative_tokens_per_batch_size",
+     "overlaps"),
+    ([[1, 4]], 3, "methods[1].speculative.num_speculative_tokens_per_batch_size", "triples"),
+    ([[1, 4, 3], [5, 16, 2]], 4, "experiments[0].num_speculative_tokens", "must be 3"),
+])
+def test_dynamic_k_schedule_errors(schedule, k, field, words):
+    msg = rejected(build(_schedule(schedule, k)), field)
+    assert words in msg
+
+
 # -- vocabulary ----------------------------------------------------------------------- #
 def _tiny_draft(d):
     d["methods"][3]["draft"] = "tinyllama"

@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-PLUGINS = ("runner", "book", "bundle", "claims")
+PLUGINS = ("runner", "book", "bundle", "claims", "peer")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,6 +43,8 @@ model_runner                vLLM's model runner class (V1 and V2 runners differ 
 model_weight_bytes          bytes of the target's weights in the engine
 draft_weight_bytes          bytes the draft or heads add (shared tensors counted once; 0: ngram)
 kv_cache_tokens             tokens the KV cache holds (blocks x block size)
+cudagraph_mode              the CUDA graph mode the engine ran with, after vLLM's own overrides
+                            (dynamic K forces PIECEWISE on the V1 runner); null on CPU or older rows
 provenance columns          see provenance.PROVENANCE_COLUMNS
 ==========================  =====================================================
 
@@ -123,6 +125,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("model_weight_bytes", pa.int64()),
         pa.field("draft_weight_bytes", pa.int64()),
         pa.field("kv_cache_tokens", pa.int64()),
+        pa.field("cudagraph_mode", pa.string()),
     ]
     + _PROVENANCE_FIELDS
 )
@@ -131,7 +134,8 @@ RUNS_SCHEMA = pa.schema(
 #: what the engine holds). A file written before them lacks them and reads them as null;
 #: any other difference from the schema is an error.
 ADDED_COLUMNS = frozenset({"acceptance_alpha", "synthetic_rates", "model_runner",
-                           "model_weight_bytes", "draft_weight_bytes", "kv_cache_tokens"})
+                           "model_weight_bytes", "draft_weight_bytes", "kv_cache_tokens",
+                           "cudagraph_mode"})
 
 TOKENS_SCHEMA = pa.schema(
     _IDENTITY_FIELDS

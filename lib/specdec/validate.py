@@ -150,6 +150,10 @@ def _check_experiment_k(profile: Profile) -> None:
                                       f"K must be a positive integer, got {k}")
         for name in e.methods:
             m = profile.method(name)
+            if m.speculative and "num_speculative_tokens_per_batch_size" in m.speculative:
+                idx = [x.name for x in profile.methods].index(name)
+                _check_k_schedule(m.speculative["num_speculative_tokens_per_batch_size"],
+                                  e.num_speculative_tokens, f"methods[{idx}]", i)
             if not m.speculative or m.speculative.get("method") != "medusa" or not m.draft:
                 continue
             cfg = _local_config(profile, m.draft)
@@ -160,6 +164,37 @@ def _check_experiment_k(profile: Profile) -> None:
                     f"K={bad[0]} for Medusa method {name!r}, whose draft has {heads} heads: "
                     f"vLLM's Medusa proposer emits one token per head, so K must equal the "
                     f"number of heads (vllm/v1/spec_decode/medusa.py)"))
+
+
+def _check_k_schedule(schedule, ks, where: str, experiment: int) -> None:
+    """vLLM's dynamic K (``num_speculative_tokens_per_batch_size``): inclusive batch ranges
+    ``[first, last, K]``, sorted, not overlapping, the first starting at batch 1
+    (vllm/v1/spec_decode/dynamic/utils.py). vLLM clamps every K to
+    ``num_speculative_tokens`` without a word, so the grid's K must be the schedule's largest."""
+    field = f"{where}.speculative.num_speculative_tokens_per_batch_size"
+    ok = isinstance(schedule, (list, tuple)) and len(schedule) > 0 and all(
+        isinstance(r, (list, tuple)) and len(r) == 3
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in r) for r in schedule)
+    if not ok:
+        raise ValidationError(field, "must be a non-empty list of [first_batch, last_batch, K] "
+                                     "integer triples")
+    previous_last = 0
+    for first, last, k in sorted(schedule):
+        if first <= 0 or last < first or k < 0:
+            raise ValidationError(field, f"[{first}, {last}, {k}]: batch ranges are positive "
+                                         f"and inclusive (first <= last), K >= 0")
+        if first <= previous_last:
+            raise ValidationError(field, f"[{first}, {last}, {k}] overlaps the range before it")
+        previous_last = last
+    if min(r[0] for r in schedule) != 1:
+        raise ValidationError(field, "the first range must start at batch 1 (vLLM refuses "
+                                     "a schedule that leaves small batches undefined)")
+    top = max(r[2] for r in schedule)
+    bad = [k for k in ks if k != top]
+    if bad:
+        raise ValidationError(f"experiments[{experiment}].num_speculative_tokens", (
+            f"K={bad[0]} for a method with a dynamic-K schedule whose largest K is {top}: "
+            f"vLLM caps the schedule at num_speculative_tokens, so the grid's K must be {top}"))
 
 
 def _local_config(profile: Profile, name: str) -> Path | None:
