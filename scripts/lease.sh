@@ -20,11 +20,10 @@ stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 case "$step" in
 receive)
   mkdir -p /tmp/b
+  # Parts may come over several calls (a call carries at most 64 MiB with the tree).
   cp -v .bundle/specdec-bundle.tar.xz.* .bundle/manifest.json /tmp/b/ 2>/dev/null
-  ls -la /tmp/b
-  if ls .vllm-cache/vllm-cache.tgz.* >/dev/null 2>&1 && [ ! -d ~/.cache/vllm ]; then
-    mkdir -p ~/.cache && cat .vllm-cache/vllm-cache.tgz.* | tar xzf - -C ~/.cache && echo "compile cache restored"
-  fi
+  mkdir -p /tmp/vc && cp -v .vllm-cache/vllm-cache.tgz.* /tmp/vc/ 2>/dev/null
+  ls -la /tmp/b /tmp/vc
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   echo "receive $(stamp)" >> /tmp/lease.log
   ;;
@@ -32,9 +31,16 @@ measure)
   commit=${1:?commit}; seconds=${2:?seconds}; profile=${3:?profile}; shift 3
   t0=$(date +%s)
   if [ ! -s /tmp/env.sh ]; then
-    PYTHONPATH=lib python3 -m specdec.cli unpack /tmp/b --site /tmp/site --print-env > /tmp/env.sh \
+    # The host's python has no pydantic or yaml: unpack through specdec.bundle alone,
+    # which needs only the standard library (tests/test_bundle.py checks that).
+    PYTHONPATH=lib python3 -c 'from specdec import bundle
+print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))' > /tmp/env.sh \
       || { echo "unpack failed"; rm -f /tmp/env.sh; exit 1; }
     echo "unpacked in $(( $(date +%s) - t0 ))s"
+  fi
+  if [ ! -d ~/.cache/vllm ] && ls /tmp/vc/vllm-cache.tgz.* >/dev/null 2>&1; then
+    mkdir -p ~/.cache && cat /tmp/vc/vllm-cache.tgz.* | tar xzf - -C ~/.cache \
+      && echo "compile cache restored" || echo "compile cache incomplete: starting cold"
   fi
   . /tmp/env.sh
   # The travelled lib/ first: the bundle's copy of the study code must not shadow it.

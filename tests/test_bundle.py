@@ -329,3 +329,17 @@ def test_cli_reports_merge_and_unpack_errors_plainly(tmp_path, capsys, wheels):
     assert "Traceback" not in err
     assert cli.main(["unpack", str(tmp_path / "nothing"), "--site", str(tmp_path / "s")]) == 2
     assert "no manifest" in capsys.readouterr().err
+
+
+def test_unpack_needs_only_the_standard_library():
+    """scripts/lease.sh unpacks with the GPU host's own python, which has no pydantic or
+    yaml (the first try of lease 2 failed on that): specdec.bundle must import without them."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path.insert(0, 'lib'); from specdec import bundle; "
+            "third = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'pydantic', 'yaml', 'pandas', 'numpy', 'pyarrow', 'vllm', 'torch'}); print(third)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=paths.ROOT, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "[]"
