@@ -613,6 +613,7 @@ def _expected_cells(profile) -> dict[str, str]:
 def _check_file(f: Path, kind: str, known: dict, profile_filter: str | None,
                 where: str | None = None):
     """Schema, provenance and identity checks of one returned file -> (profile, cell_id, table)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from . import store
@@ -665,7 +666,14 @@ def _check_file(f: Path, kind: str, known: dict, profile_filter: str | None,
                          f"the profile names {want_vllm}")
     if prof.hardware.kind == "cuda" and (df["device_name"] == "cpu").any():
         raise MergeError(f"{where}: profile {pname!r} is a GPU profile but rows say device 'cpu'")
-    return pname, cid, pq.read_table(f).cast(schema)
+    table = pq.read_table(f)
+    # A file written before a column was added (store.ADDED_COLUMNS) reads it as null, as
+    # store.read_rows does: a lease that retags an older cell sends it back in the old schema.
+    for name in sorted(store.ADDED_COLUMNS - set(table.schema.names)):
+        if name in schema.names:
+            table = table.append_column(schema.field(name), pa.nulls(table.num_rows,
+                                                                    type=schema.field(name).type))
+    return pname, cid, table.select(schema.names).cast(schema)
 
 
 def merge(src: Path | str, profile: str | None = None, results_root: Path | str | None = None,
