@@ -438,12 +438,13 @@ def _c_nsys(ctx):
     p = shutil.which("nsys")
     return Result("present" if p else "missing", observed={"which nsys": p})
 
+
 #: The article's three components (C5), in the order the book lists them.
 C5_ROLES = tuple(_C5_CLASSES)
 
 
 # --------------------------------------------------------------------------- #
-# Running and storing the checks
+# Running the checks (stored by specdec.claims.checkio)
 # --------------------------------------------------------------------------- #
 def run_checks(model_configs: Path | None = None, only: list[str] | None = None,
                quiet: bool = True) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ OUTCOMES = ("accepted", "rejected", "ignored", "present", "missing")
 #: The article's target (C3, C7-C9), as a config-only model.
 TARGET_CONFIG = "llama-3-8b"
 
+
 @dataclasses.dataclass(frozen=True)
 class Check:
     id: str
