@@ -232,7 +232,7 @@ def test_unknown_experiment_is_rejected_before_anything_runs(setup):
     assert not setup["preflight"]
 
 
-def test_cli_plugins_register_run_and_status():
+def test_cli_declares_run_and_status():
     from specdec import cli
 
     parser = cli.build_parser()

@@ -213,7 +213,7 @@ def sanity_bound_sentence(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str
     if selfd.empty:
         return "no row of the target drafting for itself is stored yet"
     tags = sorted({t for tags in selfd["experiment_tags"] for t in tags})
-    failed = failed_sanity_bound(selfd, {"experiments": tags})
+    failed = failed_sanity_bound(selfd, tags)
     where = ", ".join(f"`{p}`" for p in sorted(selfd["profile"].unique()))
     if failed is None:
         return f"in this study's rows ({where}) it did, wherever it ran"
