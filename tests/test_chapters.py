@@ -147,3 +147,43 @@ def test_measured_break_even_on_the_stored_surface():
 def test_measured_break_even_without_rows(tmp_path):
     sentence, table = chapters.measured_break_even("h200-surface", 4, results_root=tmp_path)
     assert sentence == "No rows of `h200-surface` are stored yet." and table.empty
+
+
+def test_best_k_summary_names_the_fastest_configuration():
+    best = chapters.best_k_table(_summary())
+    assert chapters.best_k_summary(best) == "draft on `p` at K = 3: 1.40× (interval 1.35–1.45)"
+    assert chapters.best_k_summary(best.iloc[:0]) == book.NOT_MEASURED
+
+
+def test_article_batch_table_divides_by_the_batch():
+    claimed = book.article_claims(["C18", "C19", "C20"])
+    table = chapters.article_batch_table(claimed)
+    assert list(table["claim"]) == ["C18", "C19", "C20"]
+    assert list(table["baseline tok/s per request (from its numbers)"]) == pytest.approx(
+        list(claimed["baseline_tok_s"] / claimed["batch"]))
+
+
+def test_acceptance_range_from_lowest_to_highest():
+    cells = _summary()
+    cells = cells[cells["method"] != "baseline"]
+    text = chapters.acceptance_range(cells)
+    lo, hi = cells["acceptance_rate"].min(), cells["acceptance_rate"].max()
+    assert text == (f"from {100 * lo:.1f} % (draft on `p`, speedup 1.20×) to "
+                    f"{100 * hi:.1f} % (draft on `p`, speedup 1.10×)")
+    assert chapters.acceptance_range(cells.iloc[:0]) == book.NOT_MEASURED
+
+
+def test_what_if_draft_takes_the_first_candidate_with_a_fitted_cost():
+    params = pd.DataFrame({"profile": ["a", "b"], "method": ["d1", "d2"],
+                           "cost_ratio": [float("nan"), 0.25]})
+    assert chapters.what_if_draft(params, {"a": "d1", "b": "d2"}) == ("b", "d2", 0.25)
+    assert chapters.what_if_draft(params, {"a": "d1"}) is None
+
+
+def test_best_per_method_keeps_the_fastest_greedy_cell():
+    summ = _summary()
+    summ["temperature"] = 0.0
+    hot = summ.iloc[[0]].assign(temperature=1.0, speedup=9.0)
+    best = chapters.best_per_method(pd.concat([summ, hot], ignore_index=True))
+    assert best[["method", "num_speculative_tokens", "speedup"]].to_dict("records") == [
+        {"method": "draft", "num_speculative_tokens": 3, "speedup": 1.4}]

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from . import findings, metrics, model_configs, theory
+from . import book, findings, metrics, model_configs, theory
 from .profiles import ProfileError, load_profile
 
 
@@ -75,6 +75,17 @@ def best_k_table(summary: pd.DataFrame) -> pd.DataFrame:
     return best[list(BEST_K_COLUMNS)].rename(columns=BEST_K_COLUMNS).reset_index(drop=True)
 
 
+def best_k_summary(best_k: pd.DataFrame) -> str:
+    """The fastest configuration of :func:`best_k_table` with its interval, in words."""
+    if best_k.empty:
+        return book.NOT_MEASURED
+    top = best_k.sort_values("speedup", ascending=False).iloc[0]
+    return (f"{top['method']} on `{top['profile']}` at K = {int(top['best K'])}: "
+            f"{book.fmt(top['speedup'], '.2f', '×')} "
+            f"(interval {book.fmt(top['speedup_ci_low'], '.2f')}–"
+            f"{book.fmt(top['speedup_ci_high'], '.2f')})")
+
+
 def optimal_k_table(summary: pd.DataFrame, fit: theory.FitResult, best_k: pd.DataFrame | None,
                     k_max: int = 16) -> pd.DataFrame:
     """The fitted costs per group, the model's optimal K at the group's median alpha
@@ -90,6 +101,21 @@ def optimal_k_table(summary: pd.DataFrame, fit: theory.FitResult, best_k: pd.Dat
 # --------------------------------------------------------------------------- #
 # batch_scaling
 # --------------------------------------------------------------------------- #
+def article_batch_table(claimed: pd.DataFrame) -> pd.DataFrame:
+    """The article's batch table (``claimed``: :func:`book.article_claims` rows of C18-C20)
+    with the baseline throughput per request its own numbers give."""
+    table = pd.DataFrame({
+        "claim": claimed["claim"].to_numpy(),
+        "batch": claimed["batch"].to_numpy(),
+        "baseline tok/s (article says)": claimed["baseline_tok_s"].to_numpy(),
+        "speculative speedup (article says)": claimed["speedup"].to_numpy(),
+        "memory GB (article says)": claimed["memory_gb"].to_numpy(),
+    })
+    table["baseline tok/s per request (from its numbers)"] = (
+        table["baseline tok/s (article says)"] / table["batch"])
+    return table
+
+
 def bandwidth_gb_s(profile: str) -> float:
     """The published memory bandwidth of a profile's device (``hardware.memory_bandwidth_gb_s``)."""
     bw = load_profile(profile).hardware.memory_bandwidth_gb_s
@@ -184,9 +210,44 @@ def draft_params(profile: str, method: str) -> str | None:
     return prof.model(m.draft).params if m.draft else None
 
 
+def acceptance_range(cells: pd.DataFrame) -> str:
+    """From the lowest to the highest measured acceptance among speculative ``cells``, each
+    with its method, campaign and speedup."""
+    cells = cells.dropna(subset=["acceptance_rate"]) if len(cells) else cells
+    if cells.empty:
+        return book.NOT_MEASURED
+
+    def one(r) -> str:
+        return (f"{book.fmt(100 * r['acceptance_rate'], '.1f', ' %')} ({r['method']} on "
+                f"`{r['profile']}`, speedup {book.fmt(r['speedup'], '.2f', '×')})")
+
+    hi = cells.loc[cells["acceptance_rate"].idxmax()]
+    lo = cells.loc[cells["acceptance_rate"].idxmin()]
+    return f"from {one(lo)} to {one(hi)}"
+
+
+def what_if_draft(params: pd.DataFrame, candidates: Mapping[str, str]) -> tuple[str, str, float] | None:
+    """(profile, method, fitted cost ratio) of the first ``candidates`` entry (profile ->
+    draft method) whose cost :func:`theory.fit` could fit (``params``); None if none."""
+    for profile, method in candidates.items():
+        row = params[(params["profile"] == profile) & (params["method"] == method)]
+        if len(row) and pd.notna(row["cost_ratio"].iloc[0]):
+            return profile, method, float(row["cost_ratio"].iloc[0])
+    return None
+
+
 # --------------------------------------------------------------------------- #
 # conclusions
 # --------------------------------------------------------------------------- #
+def best_per_method(summary: pd.DataFrame) -> pd.DataFrame:
+    """The fastest greedy speculative cell of each campaign, method and workload, ordered by
+    campaign, workload and speedup (fastest first)."""
+    spec = summary[(summary["method"] != "baseline") & summary["speedup"].notna()
+                   & (summary["temperature"] == 0)]
+    best = metrics.best_k_cells(spec, by=["profile", "method", "workload"])
+    return best.sort_values(["profile", "workload", "speedup"], ascending=[True, True, False])
+
+
 def prediction_grid_table(cost_ratios: Sequence[float], alpha: float,
                           k_max: int = 16) -> pd.DataFrame:
     """:func:`theory.prediction_grid` with the page's labels (``alpha`` named in them)."""
