@@ -178,7 +178,7 @@ BUILT = Path(__file__).parent / "fixtures" / "bundle-manifest-2026-12-01.json"
 
 def test_lock_pins_and_hashes_are_those_of_the_bundle_built_before_the_move():
     built = json.loads(BUILT.read_text())["packages"]
-    lock = bundle.read_lock()
+    lock = bundle.read_lock(bundle.LOCK_FILE)
     assert [r.requirement for r in lock] == [p["requirement"] for p in built]
     assert [r.hashes for r in lock] == [(p["sha256"],) for p in built]
     assert len(lock) == 85
@@ -189,7 +189,7 @@ def test_a_bundle_already_built_here_matches_the_lock():
     if not man.is_file():
         pytest.skip("no bundle built in this checkout (.bundle/ is git-ignored)")
     packages = json.loads(man.read_text())["packages"]
-    locked = {r.requirement: r.hashes for r in bundle.read_lock()}
+    locked = {r.requirement: r.hashes for r in bundle.read_lock(bundle.LOCK_FILE)}
     assert [p["requirement"] for p in packages] == list(locked)
     assert all(p["sha256"] in locked[p["requirement"]] for p in packages)
 
@@ -247,7 +247,7 @@ def test_pack_reads_the_lock_and_checks_every_wheels_hash(tmp_path, wheels):
     assert [p["sha256"] for p in man["packages"]] == [r.hashes[0] for r in bundle.read_lock(lock)]
     assert man["not_bundled"] == list(bundle.NOT_BUNDLED)
     bad = _lock_for(tmp_path, wheels[0], digest=HASH)
-    with pytest.raises(bundle.LockError, match=r"vllm-0\.0\.1-py3-none-any\.whl: sha256 \w+ is not the one .*lock\.txt:1 locks"):
+    with pytest.raises(BundleError, match=r"vllm-0\.0\.1-py3-none-any\.whl: sha256 \w+ is not the one .*lock\.txt:1 locks"):
         _pack(tmp_path, wheels[0], requirements=None, lock=bad)
 
 
@@ -424,3 +424,15 @@ def test_unpack_needs_only_the_standard_library():
     out = subprocess.run([sys.executable, "-c", code], cwd=paths.ROOT, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_pack_names_a_malformed_lock_plainly(tmp_path, wheels, capsys):
+    bad = tmp_path / "lock.txt"
+    bad.write_text("vllm>=0.26\n")
+    with pytest.raises(BundleError, match=r"lock\.txt:1: 'vllm>=0\.26' is not an exact pin"):
+        _pack(tmp_path, wheels[0], requirements=None, lock=bad)
+    from specdec import cli
+
+    assert cli.main(["bundle", "--out", str(tmp_path / "o"), "--wheel-dir", str(wheels[0]),
+                     "--no-download", "--lock", str(bad)]) == 2
+    assert "is not an exact pin" in capsys.readouterr().err

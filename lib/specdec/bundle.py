@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import paths, provenance
+from .lockfile import LockError, LockedRequirement, canonical_name, read_lock  # noqa: F401
 from .provenance import sha256_file
 
 FORMAT = "specdec-bundle/1"
@@ -131,91 +132,15 @@ class MergeError(ValueError):
     """Returned result files cannot be merged; the message names the file and the reason."""
 
 
-def _canon(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+_canon = canonical_name
 
 
 # --------------------------------------------------------------------------- #
-# The lock file
+# The lock file (read by specdec.lockfile)
 # --------------------------------------------------------------------------- #
-class LockError(BundleError):
-    """The lock file is malformed; the message names the file and the line."""
-
-
-@dataclass(frozen=True)
-class LockedRequirement:
-    """One line of the lock: an exact pin and the sha256 of the wheels it may be built from."""
-
-    name: str
-    version: str
-    hashes: tuple[str, ...]
-    line: int  # where it starts in the lock file, for messages
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.name}=={self.version}"
-
-
-_PIN = re.compile(r"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)")
-_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
-
-
-def read_lock(path: Path | str = LOCK_FILE) -> list[LockedRequirement]:
-    """The pins of a lock file, in order, each with its ``--hash=sha256:`` values.
-
-    The accepted format is the subset of pip's requirements files a lock needs: comments and
-    blank lines, and per requirement ``name==version`` followed by at least one
-    ``--hash=sha256:<64 hex digits>`` (continued with ``\\`` over several lines). Anything
-    else (a range instead of a pin, an option, a URL, a marker, a missing or malformed hash, a
-    name pinned twice) is a :class:`LockError` naming the file and line.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise LockError(f"{path}: cannot read the lock: {e.strerror}") from None
-    logical: list[tuple[int, str]] = []
-    pending, start = "", 0
-    for no, raw in enumerate(text.splitlines(), start=1):
-        if not pending and (not raw.strip() or raw.lstrip().startswith("#")):
-            continue
-        if not pending:
-            start = no
-        if raw.rstrip().endswith("\\"):
-            pending += raw.rstrip()[:-1] + " "
-            continue
-        logical.append((start, pending + raw))
-        pending = ""
-    if pending:
-        raise LockError(f"{path}:{start}: the last requirement ends with a line continuation")
-    out: list[LockedRequirement] = []
-    seen: dict[str, int] = {}
-    for no, line in logical:
-        where = f"{path}:{no}"
-        words = line.split()
-        m = _PIN.fullmatch(words[0])
-        if m is None:
-            raise LockError(f"{where}: {words[0]!r} is not an exact pin name==version")
-        hashes = []
-        for w in words[1:]:
-            h = _HASH.fullmatch(w)
-            if h is None:
-                raise LockError(f"{where}: {w!r} is not --hash=sha256:<64 lowercase hex digits>")
-            hashes.append(h.group(1))
-        if not hashes:
-            raise LockError(f"{where}: {words[0]} has no --hash=sha256: (every pin is hashed)")
-        name = _canon(m.group(1))
-        if name in seen:
-            raise LockError(f"{where}: {name} is pinned again (first on line {seen[name]})")
-        seen[name] = no
-        out.append(LockedRequirement(m.group(1), m.group(2), tuple(hashes), no))
-    if not out:
-        raise LockError(f"{path}: no requirements")
-    return out
-
-
 def locked_requirements(path: Path | str = LOCK_FILE) -> list[str]:
-    """The lock's pins as ``name==version`` strings, vLLM first (as :func:`pack` takes them)."""
+    """The lock's pins as ``name==version`` strings, vLLM first (as :func:`pack` takes them);
+    :class:`LockError` for a malformed lock."""
     lock = read_lock(path)
     if _canon(lock[0].name) != VLLM:
         raise LockError(f"{path}:{lock[0].line}: the first pin must be {VLLM}, "
@@ -445,8 +370,11 @@ def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-mechanics",),
     out_dir.mkdir(parents=True, exist_ok=True)
     wheel_dir = Path(wheel_dir) if wheel_dir else paths.CACHE_DIR / "wheels"
     lock_path = Path(lock) if lock else LOCK_FILE
-    locked = {r.requirement: r for r in read_lock(lock_path)} if requirements is None else {}
-    reqs = list(requirements) if requirements is not None else locked_requirements(lock_path)
+    try:
+        locked = {r.requirement: r for r in read_lock(lock_path)} if requirements is None else {}
+        reqs = list(requirements) if requirements is not None else locked_requirements(lock_path)
+    except LockError as e:
+        raise BundleError(str(e)) from None
     names = [_requirement_name(r) for r in reqs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -464,7 +392,7 @@ def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-mechanics",),
     digests = [sha256_file(whl) for whl in wheels]
     for req, whl, digest in zip(reqs, wheels, digests):
         if req in locked and digest not in locked[req].hashes:
-            raise LockError(f"{whl}: sha256 {digest} is not the one {lock_path}:"
+            raise BundleError(f"{whl}: sha256 {digest} is not the one {lock_path}:"
                             f"{locked[req].line} locks for {req}")
     repo = repo_files(profiles) if include_repo else []
 

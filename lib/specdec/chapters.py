@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from . import book, findings, metrics, model_configs, theory
+from . import book, findings, metrics, model_configs, store, surface, theory
 from .profiles import ProfileError, load_profile
 
 
@@ -267,8 +267,6 @@ def measured_break_even(profile: str = "h200-surface", k: int = 4,
     The sentence orders the methods from the least demanding to the most; the table is
     empty where the profile has no rows.
     """
-    from . import store, surface
-
     runs = store.load_runs(profile, root=Path(results_root) if results_root else None)
     if runs.empty:
         return f"No rows of `{profile}` are stored yet.", pd.DataFrame()
