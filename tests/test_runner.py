@@ -116,13 +116,15 @@ def _run(s, **kw):
     return runner.run(s["profile"], results_root=s["results"], worker=s["worker"], **kw)
 
 
-def test_full_run_stores_every_cell_with_provenance(setup):
+def test_full_run_stores_every_cell_with_provenance(setup, injected_provenance):
     res = _run(setup)
     assert setup["preflight"] == ["fake"]
     # baseline b1, b2; ngram K2 b1, b2; ngram K3 b1
     assert len(res["ok"]) == 5 and not res["failed"]
     runs = store.load_runs("fake", setup["results"])
     store.check_provenance(runs)
+    # The engine subprocess recorded the injected provenance, not this machine's vLLM.
+    assert set(runs["vllm_version"]) == {injected_provenance["vllm_version"]}
     assert (runs.groupby("cell_id").size() == 3).all()  # profile default: 3 repeats
     assert set(runs["status"]) == {"ok"}
     ng = runs[(runs.method == "ngram") & (runs.batch_size == 1) & (runs.num_speculative_tokens == 2)]

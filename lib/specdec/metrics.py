@@ -349,6 +349,25 @@ def crossover_batch(speedup_df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+#: The groups within which :func:`best_k_cells` picks the fastest K.
+BEST_K_GROUP = ["profile", "method", "workload", "batch_size"]
+
+
+def best_k_cells(speedup_df: pd.DataFrame, by=BEST_K_GROUP) -> pd.DataFrame:
+    """The speculative cell with the highest measured speedup in each group of ``by``.
+
+    Input: :func:`with_speedup` output; cells without a speedup are left out. Its
+    ``num_speculative_tokens`` is the group's measured best K. No interpolation: the best
+    of the K values measured.
+    """
+    by = list(by)
+    _require(speedup_df, by + ["num_speculative_tokens", "speedup"], "best_k_cells")
+    spec = speedup_df[(speedup_df["method"] != BASELINE) & speedup_df["speedup"].notna()]
+    if spec.empty:
+        return spec.copy()
+    return spec.loc[spec.groupby(by)["speedup"].idxmax()]
+
+
 # --------------------------------------------------------------------------- #
 # Losslessness: greedy speculative outputs against the baseline's
 # --------------------------------------------------------------------------- #
