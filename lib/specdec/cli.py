@@ -12,6 +12,9 @@ import sys
 
 PLUGINS = ("runner", "book", "bundle", "claims")
 
+# -- specdec regenerate: stale-only reruns, run reports, chapters keyed by inputs ------------ #
+PLUGINS += ("regenerate",)  # lib/specdec/regenerate.py (register) and bookcache.py
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])

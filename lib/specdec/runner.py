@@ -190,6 +190,20 @@ def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int, bool]
 _CURRENT_ENGINE: list[subprocess.Popen] = []
 
 
+def _die_with_parent() -> None:
+    """In the engine subprocess, before exec: a SIGKILL of the runner (``kill -9``, which no
+    handler sees) kills the engine too, so no orphan holds the device or writes rows behind
+    a rerun. Linux only (prctl PR_SET_PDEATHSIG); elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _kill_engine_and_exit(signum, frame):
     """SIGTERM/SIGINT: the engine runs in its own session, so take it down with us (it
     would otherwise hold the GPU after we are gone); finished cells are already stored."""
@@ -215,7 +229,7 @@ def _run_group(cmd: list[str], spec: dict, env: dict, timeout: float, log_path: 
         with open(log_path, "w") as log:
             proc = subprocess.Popen([*cmd, spec_file], stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, env=env,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=_die_with_parent)
             _CURRENT_ENGINE[:] = [proc]
 
             def pump():
