@@ -205,6 +205,26 @@ def history_table(reports: Sequence[dict]) -> pd.DataFrame:
                                        "environment changed", "commit"])
 
 
+def latest(reports: Sequence[dict]) -> list[dict]:
+    """The most recent report of each profile, by profile name."""
+    last: dict[str, dict] = {}
+    for r in reports:
+        last[r["profile"]] = r
+    return [last[p] for p in sorted(last)]
+
+
+def status_markdown(reports: Sequence[dict]) -> str:
+    """One sentence for the run-report page: how many regenerations are recorded."""
+    if not reports:
+        return ("**No regeneration is recorded yet.** The rows in `data/results/` come from "
+                "`specdec run` and the leases; the first `specdec regenerate` that measures "
+                "something writes its report to `data/reports/` and it appears here.")
+    profs = sorted({r["profile"] for r in reports})
+    return (f"**{len(reports)} regeneration(s) recorded**, of "
+            + ", ".join(f"`{p}`" for p in profs)
+            + f"; the latest on {reports[-1]['timestamp_utc'][:10]}.")
+
+
 def report_markdown(report: dict) -> str:
     """A report as Markdown for a book page (the page stays a call)."""
     from collections import Counter
