@@ -161,3 +161,19 @@ def test_cli_dry_run_lists_stale_cells_and_measures_nothing(regen, capsys):
     out = capsys.readouterr().out
     assert "fake: 5 stale cell(s)" in out and out.count(": missing") == 5
     assert not (regen["results"] / "fake").exists()
+
+
+def test_gpu_template_loads_with_dry_run_and_is_priced(capsys):
+    from specdec import devicetime, profiles
+
+    assert cli.main(["run", str(devicetime.TEMPLATE), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("new-gpu: ") and "engine eagle3 K=4 (set acceptance)" in out
+    tmpl, h200 = profiles.load_profile(devicetime.TEMPLATE), profiles.load_profile("h200-surface")
+    # Same experiment names as the H200's: its rows land in the same figures.
+    assert {e.name for e in tmpl.experiments} <= {e.name for e in h200.experiments}
+    assert len(profiles.expand(tmpl)) < len(profiles.expand(h200)) / 10
+    est = devicetime.estimate(tmpl, "h200-surface")
+    assert list(est["experiment"]) == [e.name for e in tmpl.experiments] + ["(all)"]
+    assert (est["device_s"] > 0).all() and est.iloc[-1]["engines"] == len(profiles.engine_groups(
+        profiles.expand(tmpl)))
