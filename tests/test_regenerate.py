@@ -177,3 +177,23 @@ def test_gpu_template_loads_with_dry_run_and_is_priced(capsys):
     assert list(est["experiment"]) == [e.name for e in tmpl.experiments] + ["(all)"]
     assert (est["device_s"] > 0).all() and est.iloc[-1]["engines"] == len(profiles.engine_groups(
         profiles.expand(tmpl)))
+
+
+@pytest.mark.book
+def test_run_report_page_shows_a_report(tmp_path):
+    from specdec import book, paths as P
+
+    rep = {"profile": "h200-surface", "timestamp_utc": "2027-01-04T03:40:00Z", "git_commit": "abc",
+           "rerun": [{"cell_id": "eagle3-k4-b1-repeat-t0-a0p8-12345678",
+                      "why": ["engine vllm 0.26.0 -> vllm 0.27.0"], "outcome": "ok"}],
+           "moved": [{"cell_id": "eagle3-k4-b1-repeat-t0-a0p8-12345678", "figure": "speedup",
+                      "before": 1.8, "before_interval": [1.75, 1.85], "now": 2.1,
+                      "change": 2.1 / 1.8 - 1, "outside_by": 2.1 / 1.85 - 1}],
+           "environment": [{"field": "vLLM", "before": ["0.26.0"], "now": ["0.27.0"]}],
+           "rows_before": 780, "rows_after": 780}
+    regenerate.write_report(rep, tmp_path / "reports")
+    out = book.execute_notebook(P.NOTEBOOKS_DIR / "run_reports.ipynb", tmp_path / "out",
+                                {"mode": "replay", "reports_dir": str(tmp_path / "reports")})
+    text = out.read_text()
+    assert "eagle3-k4-b1-repeat-t0-a0p8-12345678" in text and "0.26.0 → 0.27.0" in text
+    assert "1 regeneration(s) recorded" in text and "+16.7%" in text

@@ -75,14 +75,14 @@ def table(est: pd.DataFrame) -> pd.DataFrame:
                               "device_s": "device time (s)", "device_minutes": "device minutes"})
     for col in ("engine starts (s)", "cells (s)", "device time (s)"):
         out[col] = out[col].round(0).astype(int)
-    out["device minutes"] = out["device minutes"].round(1)
+    out["device minutes"] = [f"{m:.1f}" for m in out["device minutes"]]
     return out
 
 
 def cost_table(c: dict) -> pd.DataFrame:
     """The recorded costs :func:`estimate` prices with: engine start per method, cell per batch."""
-    rows = [{"what": f"engine start, {m}", "seconds": round(s, 1)}
+    rows = [{"what": f"engine start, {m}", "seconds": f"{s:.0f}"}
             for m, s in sorted(c["engine_start_s"].items())]
-    rows += [{"what": f"one cell at batch {b}", "seconds": round(s, 1)}
+    rows += [{"what": f"one cell at batch {b}", "seconds": f"{s:.0f}"}
              for b, s in sorted(c["cell_s"].items())]
     return pd.DataFrame(rows, columns=["what", "seconds"])
