@@ -194,8 +194,11 @@ def test_force_reruns_and_dry_run_runs_nothing(setup, capsys):
         _run(setup, cells=["nothing-*"])
 
 
-def test_new_experiment_retags_stored_cells_without_rerunning_them(setup):
+def test_new_experiment_counts_stored_cells_without_rewriting_them(setup):
+    """Membership is derived from the profile at read time: stored files stay as written."""
     _run(setup, experiments=["b"])
+    files = sorted(setup["results"].rglob("*.parquet"))
+    stamp = {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in files}
     prof = yaml.safe_load(open(setup["profile"]))
     prof["experiments"].append({"name": "c", "description": "d", "methods": ["ngram"],
                                 "num_speculative_tokens": [3], "batch_sizes": [1],
@@ -204,15 +207,20 @@ def test_new_experiment_retags_stored_cells_without_rerunning_them(setup):
     before = store.load_runs("fake", setup["results"])
     res = _run(setup, experiments=["c"])
     assert not res["ok"] and len(res["skipped"]) == 2
-    after = store.load_runs("fake", setup["results"])
+    assert {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in files} == stamp  # raw rows stay raw
+    src = {"fake": setup["profile"]}
+    after = store.load_runs("fake", setup["results"], experiments_from=src)
     k3 = after[after.num_speculative_tokens == 3]
     assert all(sorted(t) == ["b", "c"] for t in k3["experiment_tags"])
     # (experiment "a" also holds the b1 baseline and ngram K=2 b1)
     assert all(list(t) == ["a", "b", "c"] for t in after[after.method == "baseline"]["experiment_tags"])
     assert all(list(t) == ["a", "b"] for t in after[after.num_speculative_tokens == 2]["experiment_tags"])
     assert list(after["wall_s"]) == list(before["wall_s"])  # measurements untouched
-    tok = store.load_tokens("fake", setup["results"])
+    tok = store.load_tokens("fake", setup["results"], experiments_from=src)
     assert all(sorted(t) == ["b", "c"] for t in tok[tok.num_speculative_tokens == 3]["experiment_tags"])
+    # Without the profile (not in this checkout) a row keeps the record written with it.
+    raw = store.load_runs("fake", setup["results"])
+    assert all(sorted(t) == ["a", "b"] for t in raw[raw.num_speculative_tokens == 2]["experiment_tags"])
 
 
 def test_status_counts_per_experiment(setup, monkeypatch):

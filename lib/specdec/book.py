@@ -240,8 +240,8 @@ class ChapterData:
 
 
 def _tagged(df, experiments: Sequence[str]):
-    """Rows whose cell belongs to any of ``experiments`` (the runner tags every cell with
-    each experiment of its profile whose grid contains it)."""
+    """Rows whose cell belongs to any of ``experiments`` (``experiment_tags`` is derived from
+    the profile when the rows are read: :func:`specdec.store.with_membership`)."""
     wanted = set(experiments)
     mask = [tags is not None and bool(wanted & set(tags)) for tags in df["experiment_tags"]]
     return df.loc[_mask(mask, df.index)]

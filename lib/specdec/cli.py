@@ -8,11 +8,12 @@
     specdec book [--mode replay|run] [...]  execute the chapters and build the HTML book
     specdec bundle | unpack | merge         air-gapped GPU hosts
     specdec peer list|run|merge PROFILE     vLLM's own `bench latency` on an experiment's cells
+    specdec regenerate PROFILE [--dry-run]  rerun only stale cells, report, rebuild changed chapters
     specdec env extra NAME | environment-yml | check | ensure-chromium
                                             the dependency pins and the test machine
 
-``run``/``status``, ``bundle``/``unpack``/``merge`` and ``peer`` are declared by
-:mod:`specdec.runner`, :mod:`specdec.bundle` and :mod:`specdec.peer` (``register``), which own
+``run``/``status``, ``bundle``/``unpack``/``merge``, ``peer`` and ``regenerate`` are declared by
+:mod:`specdec.runner`, :mod:`specdec.bundle`, :mod:`specdec.peer` and :mod:`specdec.regenerate` (``register``), which own
 their options; the others are here.
 On a host without the installed script: ``python -m specdec.cli ...``.
 """
@@ -23,10 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import book, bundle, envspec, paths, peer, runner, validate
+from . import book, bundle, envspec, paths, peer, regenerate, runner, validate
 from .claims import checkio, checks, ledger
 from .profiles import ProfileError
-
 
 # --------------------------------------------------------------------------- #
 # specdec validate
@@ -159,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bundle.register(sub)  # bundle, unpack, merge
     peer.register(sub)  # peer
+    regenerate.register(sub)  # regenerate: stale-only reruns, run reports, cached chapters
 
     e = sub.add_parser("env", help="dependency pins (pyproject.toml is their one source) "
                                    "and the test machine's browser")
