@@ -278,7 +278,8 @@ def acceptance_check(summary_df: pd.DataFrame) -> pd.DataFrame:
     acceptance rate), ``acceptance_max_z`` (largest |realised - set| / binomial standard
     error over positions; inf where a rate set to 0 or 1 was missed) and
     ``acceptance_follows_set`` (True / False; None for natural-acceptance cells and cells
-    without drafts). A False means the rates did not take effect as set and the cell's
+    without drafts). Where every draft had the same length L < K (vLLM's dynamic K at a
+    fixed batch), the first L positions are checked and the set rate is their mean. A False means the rates did not take effect as set and the cell's
     speed is not the speed at that alpha.
     """
     _require(summary_df, ["acceptance_alpha", "num_speculative_tokens", "spec_num_drafts",
@@ -294,6 +295,11 @@ def acceptance_check(summary_df: pd.DataFrame) -> pd.DataFrame:
             vals = [float(np.mean([a ** (i + 1) for i in range(k)])), float("nan"),
                     float("nan"), None]
         else:
+            # vLLM's dynamic K drafts fewer than the grid's K at larger batches; at a fixed
+            # batch every draft then has the same, smaller length: check the positions drafted.
+            used = r.get("spec_num_draft_tokens", float("nan")) / n
+            if np.isfinite(used) and abs(used - round(used)) < 0.01 and 0 < round(used) < k:
+                k = int(round(used))
             zs = []
             for i in range(k):
                 want = a ** (i + 1)
