@@ -105,3 +105,43 @@ def step_time_vs_alpha(df: pd.DataFrame | None,
         ax.get_legend().remove()
     _legend(fig, axes)
     return fig
+
+
+def dynamic_k(df: pd.DataFrame | None, alpha: float,
+              title: str = "vLLM's dynamic K against fixed K") -> Figure:
+    """Speedup against batch size at one set alpha, a panel per dynamic-K method: the dynamic
+    schedule, the fixed K it chose at each batch, and the best fixed K measured there.
+
+    Input: :func:`surface.dynamic_vs_fixed` rows. All three are measured.
+    """
+    plots.set_theme()
+    d = None if df is None else df[df["acceptance_alpha"] == alpha]
+    methods = sorted(d["method"].unique()) if d is not None and len(d) else []
+    n = max(len(methods), 1)
+    fig = Figure(figsize=(4.4 * n + 1.8, 3.6), layout="constrained")
+    axes = list(fig.subplots(1, n, sharey=True, squeeze=False).flat)
+    fig.suptitle(f"{title} (set α = {alpha:g})")
+    fig.supxlabel(f"batch size\n{plots.caption(d) if d is not None and len(d) else ''}",
+                  fontsize="small", color="0.25")
+    fig.supylabel(plots.SPEEDUP_LABEL, fontsize="small")
+    if not methods:
+        plots._no_data(axes[0])
+        return fig
+    series = [("speedup", "dynamic K (vLLM schedule)", "o", "C0"),
+              ("fixed_same_k", "fixed K, the K the schedule chose", "s", "C1"),
+              ("best_fixed", "best fixed K measured at that batch", "^", "C2")]
+    for ax, m in zip(axes, methods):
+        g = d[d["method"] == m].sort_values("batch_size")
+        plots._baseline_line(ax)
+        for col, label, marker, color in series:
+            ax.plot(g["batch_size"], g[col], marker=marker, color=color, label=label)
+        for _, r in g.iterrows():
+            ax.annotate(f"K={round(r['k_used'])}", (r["batch_size"], r["speedup"]),
+                        textcoords="offset points", xytext=(0, -12), ha="center",
+                        fontsize="x-small", color="C0")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(g["batch_size"].unique()),
+                      [str(int(b)) for b in sorted(g["batch_size"].unique())])
+        ax.set_title(m, fontsize="small")
+    _legend(fig, axes)
+    return fig

@@ -13,7 +13,10 @@ Input is :func:`metrics.with_speedup` output of cells measured with *set* accept
   alpha = 1 cells of each (method, K, batch) and predicts the cells in between (*predicted*),
   reporting the error against the measured speedups;
 - :func:`engine_holdings` is the memory side: draft or head bytes and the KV cache each
-  engine was given (measured on the engine, not computed from configs).
+  engine was given (measured on the engine, not computed from configs);
+- :func:`best_k` reads the best measured K per method, batch and alpha from a K sweep, beside
+  a rule's K; :func:`dynamic_vs_fixed` sets vLLM's dynamic K beside fixed K at the same
+  batch and alpha.
 """
 from __future__ import annotations
 
@@ -116,4 +119,100 @@ def engine_holdings(summary_df: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
     for c in ("target_gib", "draft_gib", "kv_cache_gib"):
         out[c] = out[c] / 2**30
+    return out
+
+
+def best_k(surface_df: pd.DataFrame, rule_k: int | None = None, min_ks: int = 5) -> pd.DataFrame:
+    """The measured best K per method, batch and set alpha, over a K sweep.
+
+    Only (method, batch) curves with at least ``min_ks`` measured K values count as a sweep.
+    Columns: ``method``, ``batch_size``, ``acceptance_alpha``, ``ks`` (the K values
+    measured), ``best_k`` and ``best_speedup`` (the largest measured median speedup),
+    ``runner_up_speedup`` (the second largest: where it lies inside the best one's interval,
+    the "best" K is a tie), and, where ``rule_k`` is given (a rule's K, e.g. the article's
+    C14), ``rule_speedup`` (measured at that K) and ``rule_loss`` (1 - rule/best).
+    """
+    df = surface_df[(surface_df["method"] != BASELINE) & surface_df["acceptance_alpha"].notna()
+                    & surface_df["speedup"].notna()]
+    rows = []
+    for (method, batch, alpha), g in df.groupby(["method", "batch_size", "acceptance_alpha"]):
+        ks = sorted(int(k) for k in g["num_speculative_tokens"].unique())
+        if len(ks) < min_ks:
+            continue
+        g = g.sort_values("speedup", ascending=False)
+        top = g.iloc[0]
+        row = {"method": method, "batch_size": int(batch), "acceptance_alpha": float(alpha),
+               "ks": ks, "best_k": int(top["num_speculative_tokens"]),
+               "best_speedup": float(top["speedup"]),
+               "best_ci_low": float(top.get("speedup_ci_low", np.nan)),
+               "runner_up_speedup": float(g.iloc[1]["speedup"]) if len(g) > 1 else np.nan}
+        if rule_k is not None:
+            at = g[g["num_speculative_tokens"] == rule_k]["speedup"]
+            row["rule_k"] = rule_k
+            row["rule_speedup"] = float(at.iloc[0]) if len(at) else np.nan
+            row["rule_loss"] = 1 - row["rule_speedup"] / row["best_speedup"]
+        rows.append(row)
+    cols = ["method", "batch_size", "acceptance_alpha", "ks", "best_k", "best_speedup",
+            "best_ci_low", "runner_up_speedup"] + (
+        ["rule_k", "rule_speedup", "rule_loss"] if rule_k is not None else [])
+    return pd.DataFrame(rows, columns=cols)
+
+
+def dynamic_k_methods(profile) -> dict[str, str]:
+    """Methods with vLLM's dynamic K (``num_speculative_tokens_per_batch_size``) -> the
+    method of the same profile with the same draft and proposer at a fixed K."""
+    out = {}
+    for m in profile.methods:
+        spec = m.speculative or {}
+        if "num_speculative_tokens_per_batch_size" not in spec:
+            continue
+        for f in profile.methods:
+            fs = f.speculative or {}
+            if (f.draft == m.draft and fs.get("method") == spec.get("method")
+                    and "num_speculative_tokens_per_batch_size" not in fs):
+                out[m.name] = f.name
+                break
+    return out
+
+
+def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.DataFrame:
+    """vLLM's dynamic K beside fixed K, cell by cell (same batch, same set alpha).
+
+    ``pairs``: :func:`dynamic_k_methods`. For each dynamic cell: ``k_used`` (draft tokens per
+    draft, from the engine's counters: the K the schedule chose at that batch), its
+    ``speedup`` and ``cudagraph_mode``; ``fixed_same_k`` (the fixed method's speedup at that
+    K) and ``dynamic_over_fixed`` (their ratio: what the mechanism itself costs); the best
+    fixed K measured at that batch and alpha (``best_fixed_k``, ``best_fixed``) and
+    ``dynamic_over_best`` (what a schedule can gain at most is that best fixed K per batch).
+    """
+    df = surface_df[surface_df["acceptance_alpha"].notna() & surface_df["speedup"].notna()]
+    rows = []
+    for dyn, fixed in pairs.items():
+        fx = df[df["method"] == fixed]
+        for _, r in df[df["method"] == dyn].iterrows():
+            k_used = float(r["spec_num_draft_tokens"]) / float(r["spec_num_drafts"]) \
+                if r["spec_num_drafts"] else np.nan
+            same = fx[(fx["batch_size"] == r["batch_size"])
+                      & (fx["acceptance_alpha"] == r["acceptance_alpha"])]
+            at_k = same[same["num_speculative_tokens"] == round(k_used)] \
+                if np.isfinite(k_used) else same.iloc[0:0]
+            best = same.loc[same["speedup"].idxmax()] if len(same) else None
+            rows.append({
+                "method": dyn, "fixed_method": fixed, "batch_size": int(r["batch_size"]),
+                "acceptance_alpha": float(r["acceptance_alpha"]), "k_used": k_used,
+                "cudagraph_mode": r.get("cudagraph_mode"), "speedup": float(r["speedup"]),
+                "fixed_same_k": float(at_k["speedup"].iloc[0]) if len(at_k) else np.nan,
+                "fixed_cudagraph_mode": at_k["cudagraph_mode"].iloc[0]
+                if len(at_k) and "cudagraph_mode" in at_k else None,
+                "best_fixed_k": int(best["num_speculative_tokens"]) if best is not None else None,
+                "best_fixed": float(best["speedup"]) if best is not None else np.nan,
+                "fixed_ks": sorted(int(k) for k in same["num_speculative_tokens"].unique()),
+                **{c: r.get(c) for c in ("profile", "device_name", "vllm_version")},
+            })
+    out = pd.DataFrame(rows, columns=[
+        "method", "fixed_method", "batch_size", "acceptance_alpha", "k_used", "cudagraph_mode",
+        "speedup", "fixed_same_k", "fixed_cudagraph_mode", "best_fixed_k", "best_fixed",
+        "fixed_ks", "profile", "device_name", "vllm_version"])
+    out["dynamic_over_fixed"] = out["speedup"] / out["fixed_same_k"]
+    out["dynamic_over_best"] = out["speedup"] / out["best_fixed"]
     return out
