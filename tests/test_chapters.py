@@ -187,3 +187,17 @@ def test_best_per_method_keeps_the_fastest_greedy_cell():
     best = chapters.best_per_method(pd.concat([summ, hot], ignore_index=True))
     assert best[["method", "num_speculative_tokens", "speedup"]].to_dict("records") == [
         {"method": "draft", "num_speculative_tokens": 3, "speedup": 1.4}]
+
+
+def test_dynamic_k_sentence_from_the_committed_rows_and_without_rows(tmp_path):
+    import re
+
+    from specdec import metrics, profiles, store, surface
+
+    sentence = chapters.dynamic_k_sentence("h200-surface")
+    table = surface.table(metrics.with_speedup(metrics.summarize(store.load_runs("h200-surface"))))
+    dyn = surface.dynamic_vs_fixed(table, surface.dynamic_k_methods(
+        profiles.load_profile("h200-surface"))).dropna(subset=["dynamic_over_fixed"])
+    assert len(dyn) > 0
+    assert re.search(rf"median {dyn['dynamic_over_fixed'].median():.2f}×", sentence)
+    assert "not been measured" in chapters.dynamic_k_sentence("h200-surface", tmp_path)

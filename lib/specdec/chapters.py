@@ -284,3 +284,22 @@ def measured_break_even(profile: str = "h200-surface", k: int = 4,
     pivot = be.pivot_table(index="method", columns="batch_size", values="break_even_alpha")
     pivot.columns = [f"batch {int(b)}" for b in pivot.columns]
     return sentence, pivot
+
+
+def dynamic_k_sentence(profile: str = "h200-surface",
+                       results_root: Path | str | None = None) -> str:
+    """vLLM's dynamic K against the same fixed K on a stored surface
+    (:func:`surface.dynamic_vs_fixed`), in one sentence; says so where nothing is stored."""
+    runs = store.load_runs(profile, root=Path(results_root) if results_root else None)
+    pairs = surface.dynamic_k_methods(load_profile(profile))
+    if runs.empty or not pairs:
+        return f"vLLM's dynamic K has not been measured in `{profile}` yet."
+    table = surface.table(metrics.with_speedup(metrics.summarize(runs)))
+    dyn = surface.dynamic_vs_fixed(table, pairs).dropna(subset=["dynamic_over_fixed"])
+    if dyn.empty:
+        return f"vLLM's dynamic K has not been measured in `{profile}` beside fixed K yet."
+    modes = ", ".join(sorted(set(dyn["cudagraph_mode"].dropna()))) or "not recorded"
+    return (f"measured on the H200 (`{profile}`), vLLM's dynamic K ran at a median "
+            f"{dyn['dynamic_over_fixed'].median():.2f}× of the speed of the same fixed K "
+            f"({dyn['dynamic_over_fixed'].min():.2f}× to {dyn['dynamic_over_fixed'].max():.2f}× "
+            f"over {len(dyn)} cells; CUDA graph mode {modes} with a schedule)")
