@@ -19,21 +19,19 @@ a field path.
 """
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, TypeVar
+from typing import Annotated, Any, Literal, Mapping
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt,
-                      PositiveInt, Strict, ValidationError)
-from typing_extensions import TypedDict, is_typeddict
+from pydantic import (ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt,
+                      ValidationError)
+from typing_extensions import TypedDict
 
-from . import paths
+from . import paths, schema
 
 
 class ProfileError(ValueError):
@@ -43,14 +41,9 @@ class ProfileError(ValueError):
 # --------------------------------------------------------------------------- #
 # Schema
 # --------------------------------------------------------------------------- #
-class _Schema(BaseModel):
-    # strict: no "3" -> 3 or "yes" -> True; an int is still accepted (and stored) as a float.
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-
-_T = TypeVar("_T")
-#: A YAML list, stored as a tuple (strict mode alone would refuse a list); items stay strict.
-Seq = Annotated[tuple[_T, ...], Strict(False)]
+#: The strict, frozen base every part of a profile derives from (:mod:`specdec.schema`).
+_Schema = schema.StrictModel
+Seq = schema.Seq
 
 
 class Hardware(_Schema):
@@ -293,99 +286,6 @@ def _by_name(items, name, what):
     raise ProfileError(f"{what}: no entry named {name!r} (known: {known})")
 
 
-# --------------------------------------------------------------------------- #
-# Error messages: pydantic's error locations as field paths
-# --------------------------------------------------------------------------- #
-def _unwrap(tp: Any) -> Any:
-    """Annotated[X, ...] -> X; X | None -> X (a union of several types is kept)."""
-    while typing.get_origin(tp) is Annotated:
-        tp = typing.get_args(tp)[0]
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        members = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(members) == 1:
-            return _unwrap(members[0])
-    return tp
-
-
-def _tagged_member(tp: Any, tag: Any) -> Any:
-    """The member of discriminated union ``tp`` whose Literal tag is ``tag``, else None."""
-    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
-        return None
-    for member in typing.get_args(tp):
-        if isinstance(member, type) and issubclass(member, BaseModel):
-            for f in member.model_fields.values():
-                if typing.get_origin(f.annotation) is Literal and tag in typing.get_args(f.annotation):
-                    return member
-    return None
-
-
-def _child(tp: Any, key: Any) -> Any:
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        f = tp.model_fields.get(key)
-        return f.annotation if f else None
-    if is_typeddict(tp):
-        return typing.get_type_hints(tp).get(key)
-    if typing.get_origin(tp) in (tuple, list):
-        return typing.get_args(tp)[0]
-    if typing.get_origin(tp) in (dict, Mapping, typing.Mapping):
-        return typing.get_args(tp)[1]
-    return None
-
-
-def _locate(loc: tuple) -> tuple[str, Any]:
-    """A pydantic error location as a field path (``drafts[0].source.id``), with the type
-    that holds its last key. Discriminated unions put the tag (``hf``) into the location;
-    it is no field, so it is left out."""
-    tp: Any = Profile
-    parent: Any = None
-    path = ""
-    for part in loc:
-        tp = _unwrap(tp)
-        member = None if isinstance(part, int) else _tagged_member(tp, part)
-        if member is not None:
-            tp = member
-            continue
-        if part == "[key]":  # pydantic's marker for an error in a mapping's key
-            path += " (the key)"
-            continue
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-        parent, tp = tp, _child(tp, part)
-    return path, _unwrap(parent)
-
-
-def _keys(tp: Any) -> list[str]:
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return sorted(tp.model_fields)
-    if is_typeddict(tp):
-        return sorted(tp.__required_keys__ | tp.__optional_keys__)
-    return []
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _message(err: Mapping[str, Any]) -> str:
-    path, parent = _locate(tuple(err["loc"]))
-    kind, ctx = err["type"], err.get("ctx") or {}
-    if kind in ("union_tag_invalid", "union_tag_not_found"):
-        field = str(ctx.get("discriminator", "")).strip("'")
-        path = f"{path}.{field}" if path else field
-        if kind == "union_tag_not_found":
-            return f"{path}: required key is missing"
-        expected = [t.strip().strip("'") for t in str(ctx["expected_tags"]).split(",")]
-        close = difflib.get_close_matches(str(ctx["tag"]), expected, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        return f"{path}: {ctx['tag']!r} is not one of {', '.join(map(repr, expected))}{hint}"
-    if kind == "extra_forbidden":
-        allowed = ", ".join(_keys(parent)) or "none"
-        return f"{path}: unknown key (allowed here: {allowed})"
-    if kind == "missing":
-        return f"{path}: required key is missing"
-    return f"{path or '(top level)'}: {err['msg']} (got {_short(err['input'])})"
-
-
 def _prefixed(where: str, lines: typing.Iterable[str]) -> str:
     return "\n".join(f"{where}: {line}" if where else line for line in lines)
 
@@ -433,7 +333,7 @@ def profile_from_dict(data: Mapping[str, Any], where: str = "") -> Profile:
     try:
         prof = Profile.model_validate(data)
     except ValidationError as e:
-        raise ProfileError(_prefixed(where, map(_message, e.errors()))) from None
+        raise ProfileError(_prefixed(where, schema.error_lines(e, Profile))) from None
     try:
         _check_references(prof)
     except ProfileError as e:

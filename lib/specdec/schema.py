@@ -4,8 +4,8 @@ that name the field (``claims[3].derive.rule: ...``).
 Pydantic v2 for the same reasons as :mod:`specdec.profiles` (vLLM's own configs are pydantic
 models, so it is installed wherever vLLM is): frozen models, forbidden unknown keys, no silent
 coercion, discriminated unions and the location of every bad field. The functions below turn
-a location into a field path against any root model; :mod:`specdec.claims.ledger` uses them.
-(:mod:`specdec.profiles` keeps its own copy for now, rooted at ``Profile``.)
+a location into a field path against any root model.
+(:mod:`specdec.profiles` and :mod:`specdec.claims.ledger` both use them.)
 """
 from __future__ import annotations
 
