@@ -22,3 +22,11 @@ CACHE_DIR = Path(os.environ.get("SPECDEC_CACHE", ROOT / ".cache"))
 def results_dir(profile: str, root: Path | None = None) -> Path:
     """Where the rows of one profile's campaign live."""
     return (root or RESULTS_DIR) / profile
+
+
+def display(path: Path) -> str:
+    """A file as the user knows it: relative to the repository when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)

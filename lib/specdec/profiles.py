@@ -341,14 +341,6 @@ def profile_from_dict(data: Mapping[str, Any], where: str = "") -> Profile:
     return prof
 
 
-def _display(path: Path) -> str:
-    """The file as the user knows it: relative to the repository when inside it."""
-    try:
-        return str(path.resolve().relative_to(paths.ROOT))
-    except ValueError:
-        return str(path)
-
-
 def load_profile(name_or_path: str | Path) -> Profile:
     """Load ``profiles/<name>.yaml`` (or a path), strictly."""
     path = Path(name_or_path)
@@ -357,7 +349,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in paths.PROFILES_DIR.glob("*.yaml")))
         raise ProfileError(f"unknown profile {str(name_or_path)!r} (known: {known})")
-    where = _display(path)
+    where = paths.display(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:

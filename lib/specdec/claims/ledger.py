@@ -148,13 +148,6 @@ class Ledger(StrictModel):
         return self
 
 
-def _display(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(paths.ROOT))
-    except ValueError:
-        return str(path)
-
-
 def _with_claim_id(line: str, data: Any) -> str:
     """``claims[1].verdict: ...`` -> ``claims[1] (C2).verdict: ...``: the id a reader
     searches the file for."""
@@ -170,7 +163,7 @@ def _with_claim_id(line: str, data: Any) -> str:
 def read_ledger(path: Path | None = None) -> Ledger:
     """The whole ledger file, strictly validated."""
     path = Path(path or LEDGER_PATH)
-    where = _display(path)
+    where = paths.display(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
