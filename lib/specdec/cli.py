@@ -2,7 +2,7 @@
 
 Each module listed in :data:`PLUGINS` defines ``register(subparsers)``:
 runner -> ``run``, ``status``; book -> ``book``; bundle -> ``bundle``, ``unpack``,
-``merge``; claims -> ``claims``.
+``merge``; claims -> ``claims``; training.cli -> ``train``.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-PLUGINS = ("runner", "book", "bundle", "claims")
+PLUGINS = ("runner", "book", "bundle", "claims", "training.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
