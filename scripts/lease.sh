@@ -14,6 +14,7 @@
 #                                                 first 4 parts + index + logs to $OUT
 #   scripts/lease.sh train out N                  parts 4N..4N+3 (+ index) to $OUT
 #
+# An EXPERIMENT written peer:NAME runs vLLM's own `bench latency` on NAME's cells (specdec.peer).
 # COMMIT is the committed, clean commit of the working tree that travelled (a copy has no
 # .git): the rows are stamped with it. Experiments run in the order given, each with what is
 # left of the budget, so the most important come first and the rest stay pending.
@@ -25,11 +26,10 @@ stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 case "$step" in
 receive)
   mkdir -p /tmp/b
+  # Parts may come over several calls (a call carries at most 64 MiB with the tree).
   cp -v .bundle/specdec-bundle.tar.xz.* .bundle/manifest.json /tmp/b/ 2>/dev/null
-  ls -la /tmp/b
-  if ls .vllm-cache/vllm-cache.tgz.* >/dev/null 2>&1 && [ ! -d ~/.cache/vllm ]; then
-    mkdir -p ~/.cache && cat .vllm-cache/vllm-cache.tgz.* | tar xzf - -C ~/.cache && echo "compile cache restored"
-  fi
+  mkdir -p /tmp/vc && cp -v .vllm-cache/vllm-cache.tgz.* /tmp/vc/ 2>/dev/null
+  ls -la /tmp/b /tmp/vc
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   echo "receive $(stamp)" >> /tmp/lease.log
   ;;
@@ -37,9 +37,16 @@ measure)
   commit=${1:?commit}; seconds=${2:?seconds}; profile=${3:?profile}; shift 3
   t0=$(date +%s)
   if [ ! -s /tmp/env.sh ]; then
-    PYTHONPATH=lib python3 -m specdec.cli unpack /tmp/b --site /tmp/site --print-env > /tmp/env.sh \
+    # The host's python has no pydantic or yaml: unpack through specdec.bundle alone,
+    # which needs only the standard library (tests/test_bundle.py checks that).
+    PYTHONPATH=lib python3 -c 'from specdec import bundle
+print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))' > /tmp/env.sh \
       || { echo "unpack failed"; rm -f /tmp/env.sh; exit 1; }
     echo "unpacked in $(( $(date +%s) - t0 ))s"
+  fi
+  if [ ! -d ~/.cache/vllm ] && ls /tmp/vc/vllm-cache.tgz.* >/dev/null 2>&1; then
+    mkdir -p ~/.cache && cat /tmp/vc/vllm-cache.tgz.* | tar xzf - -C ~/.cache \
+      && echo "compile cache restored" || echo "compile cache incomplete: starting cold"
   fi
   . /tmp/env.sh
   # The travelled lib/ first: the bundle's copy of the study code must not shadow it.
@@ -54,13 +61,19 @@ measure)
   for exp in "$@"; do
     left=$(( seconds - ($(date +%s) - t0) ))
     [ "$left" -lt 150 ] && { echo "budget spent: $exp not started"; break; }
+    if [ "${exp#peer:}" != "$exp" ]; then
+      # peer:EXPERIMENT = vLLM's own `bench latency` mirroring that experiment's cells.
+      python3 -m specdec.cli peer run "$profile" -e "${exp#peer:}" --results-root /tmp/results \
+        --budget "$left" 2>&1 | tee -a /tmp/run.log
+      continue
+    fi
     python3 -m specdec.cli run "$profile" -e "$exp" --results-root /tmp/results --budget "$left" 2>&1 \
       | grep --line-buffered -v "it/s\]$" | tee -a /tmp/run.log
   done
   echo "measure-end $(stamp)" >> /tmp/lease.log
   python3 -m specdec.cli status "$profile" --results-root /tmp/results 2>/dev/null | tee -a /tmp/run.log
   # Only what this lease measured goes back.
-  (cd /tmp/results && find . -name '*.parquet' -newer /tmp/lease-start -print0 \
+  (cd /tmp/results && find . \( -name '*.parquet' -o -name '*.peer.json' \) -newer /tmp/lease-start -print0 \
      | tar czf "$OUT/results.tgz" --null -T -) && cp /tmp/run.log /tmp/lease.log "$OUT/"
   ls -la "$OUT"
   ;;
@@ -78,8 +91,9 @@ train)
     echo "train-receive $(stamp)" >> /tmp/lease.log; exit 0
   fi
   t0=$(date +%s)
-  if [ ! -s /tmp/env.sh ]; then
-    PYTHONPATH=lib python3 -m specdec.cli unpack /tmp/b --site /tmp/site --print-env > /tmp/env.sh \
+  if [ ! -s /tmp/env.sh ]; then  # as in measure: the bundle unpacks with the standard library alone
+    PYTHONPATH=lib python3 -c 'from specdec import bundle
+print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))' > /tmp/env.sh \
       || { echo "unpack failed"; rm -f /tmp/env.sh; exit 1; }
     echo "unpacked in $(( $(date +%s) - t0 ))s"
   fi

@@ -158,20 +158,101 @@ def test_pack_refuses_bad_requirements(tmp_path, wheels):
 
 
 def test_bundled_requirements_are_exact_disjoint_pins():
-    names = [bundle._requirement_name(r) for r in bundle.BUNDLED_REQUIREMENTS]
+    pins = bundle.locked_requirements()
+    assert pins[0] == "vllm==0.26.0"
+    names = [bundle._requirement_name(r) for r in pins[1:]]
     assert len(names) == len(set(names))
-    assert all("==" in r for r in bundle.BUNDLED_REQUIREMENTS)
+    assert all("==" in r for r in pins)
     assert not set(names) & bundle.HOST_PACKAGES, "the host's own packages must not be shadowed"
     assert not set(names) & {bundle._canon(n) for n in bundle.NOT_BUNDLED}
-    assert "vllm" not in names and bundle.VLLM_REQUIREMENT == "vllm==0.26.0"
+    assert "vllm" not in names
     for must in ("pydantic", "fastapi", "openai", "msgspec", "pyzmq", "cbor2", "blake3",
                  "xgrammar", "llguidance"):
         assert must in names
     assert "flashinfer-python" in bundle.NOT_BUNDLED
 
 
+#: The manifest of the bundle built on 2026-12-01 from the pins then written in bundle.py.
+BUILT = Path(__file__).parent / "fixtures" / "bundle-manifest-2026-12-01.json"
+
+
+def test_lock_pins_and_hashes_are_those_of_the_bundle_built_before_the_move():
+    built = json.loads(BUILT.read_text())["packages"]
+    lock = bundle.read_lock(bundle.LOCK_FILE)
+    assert [r.requirement for r in lock] == [p["requirement"] for p in built]
+    assert [r.hashes for r in lock] == [(p["sha256"],) for p in built]
+    assert len(lock) == 85
+
+
+def test_a_bundle_already_built_here_matches_the_lock():
+    man = paths.ROOT / ".bundle" / bundle.MANIFEST
+    if not man.is_file():
+        pytest.skip("no bundle built in this checkout (.bundle/ is git-ignored)")
+    packages = json.loads(man.read_text())["packages"]
+    locked = {r.requirement: r.hashes for r in bundle.read_lock(bundle.LOCK_FILE)}
+    assert [p["requirement"] for p in packages] == list(locked)
+    assert all(p["sha256"] in locked[p["requirement"]] for p in packages)
+
+
+HASH = "0" * 64
+
+
+@pytest.mark.parametrize("text, match", [
+    ("vllm>=0.26.0 \\\n    --hash=sha256:" + HASH, r"lock\.txt:1: 'vllm>=0\.26\.0' is not an exact pin"),
+    ("vllm==0.26.0", r"lock\.txt:1: vllm==0\.26\.0 has no --hash=sha256:"),
+    ("# c\n\nvllm==0.26.0 --hash=sha256:" + HASH[:-1], r"lock\.txt:3: '--hash=sha256:0+' is not --hash"),
+    ("vllm==0.26.0 --hash=md5:" + HASH[:32], r"lock\.txt:1: '--hash=md5:"),
+    ("vllm==0.26.0 --hash=sha256:" + HASH + " ; python_version<'3.13'", r"';' is not --hash"),
+    ("-e .", r"lock\.txt:1: '-e' is not an exact pin"),
+    ("https://x/vllm.whl --hash=sha256:" + HASH, r"'https://x/vllm\.whl' is not an exact pin"),
+    ("vllm==0.26.0 --hash=sha256:" + HASH + "\nVLLM==0.26.1 --hash=sha256:" + HASH,
+     r"lock\.txt:2: vllm is pinned again \(first on line 1\)"),
+    ("vllm==0.26.0 \\", r"lock\.txt:1: the last requirement ends with a line continuation"),
+    ("# only comments\n", r"lock\.txt: no requirements"),
+    ("numpy==2.0 --hash=sha256:" + HASH, r"lock\.txt:1: the first pin must be vllm"),
+])
+def test_the_lock_reader_refuses_malformed_lines(tmp_path, text, match):
+    f = tmp_path / "lock.txt"
+    f.write_text(text + "\n")
+    with pytest.raises(bundle.LockError, match=match):
+        bundle.locked_requirements(f)
+
+
+def test_the_lock_reader_reads_continued_lines_and_several_hashes(tmp_path):
+    f = tmp_path / "lock.txt"
+    f.write_text("# header\nvllm==0.26.0 \\\n    --hash=sha256:" + HASH + " \\\n"
+                 "    --hash=sha256:" + "1" * 64 + "\nother_pkg==2.0 --hash=sha256:" + HASH + "\n")
+    lock = bundle.read_lock(f)
+    assert [(r.requirement, r.line, len(r.hashes)) for r in lock] == [
+        ("vllm==0.26.0", 2, 2), ("other_pkg==2.0", 5, 1)]
+    with pytest.raises(bundle.LockError, match="cannot read the lock"):
+        bundle.read_lock(tmp_path / "absent.txt")
+
+
+def _lock_for(tmp_path, wheels_dir, digest=None):
+    """A lock pinning the fake wheels (vllm first, as pack requires) with their real hashes."""
+    vllm = _wheel(wheels_dir, "vllm", "0.0.1", {"vllm/__init__.py": b""})
+    lines = []
+    for req, whl in (("vllm==0.0.1", vllm), ("fakepkg==1.0", wheels_dir / "fakepkg-1.0-py3-none-any.whl")):
+        lines.append(f"{req} --hash=sha256:{digest or provenance.sha256_file(whl)}")
+    f = tmp_path / "lock.txt"
+    f.write_text("\n".join(lines) + "\n")
+    return f
+
+
+def test_pack_reads_the_lock_and_checks_every_wheels_hash(tmp_path, wheels):
+    lock = _lock_for(tmp_path, wheels[0])
+    man = _pack(tmp_path, wheels[0], requirements=None, lock=lock)
+    assert [p["requirement"] for p in man["packages"]] == ["vllm==0.0.1", "fakepkg==1.0"]
+    assert [p["sha256"] for p in man["packages"]] == [r.hashes[0] for r in bundle.read_lock(lock)]
+    assert man["not_bundled"] == list(bundle.NOT_BUNDLED)
+    bad = _lock_for(tmp_path, wheels[0], digest=HASH)
+    with pytest.raises(BundleError, match=r"vllm-0\.0\.1-py3-none-any\.whl: sha256 \w+ is not the one .*lock\.txt:1 locks"):
+        _pack(tmp_path, wheels[0], requirements=None, lock=bad)
+
+
 def test_trim_rules_match_the_real_vllm_wheel():
-    whl = bundle.find_wheel(paths.CACHE_DIR / "wheels", bundle.VLLM_REQUIREMENT)
+    whl = bundle.find_wheel(paths.CACHE_DIR / "wheels", bundle.locked_requirements()[0])
     if whl is None:
         pytest.skip("vllm 0.26.0 wheel not in the cache (specdec bundle downloads it)")
     assert "cp38-abi3-manylinux_2_28_x86_64" in whl.name  # loads on CPython 3.12, glibc >= 2.28
@@ -329,3 +410,29 @@ def test_cli_reports_merge_and_unpack_errors_plainly(tmp_path, capsys, wheels):
     assert "Traceback" not in err
     assert cli.main(["unpack", str(tmp_path / "nothing"), "--site", str(tmp_path / "s")]) == 2
     assert "no manifest" in capsys.readouterr().err
+
+
+def test_unpack_needs_only_the_standard_library():
+    """scripts/lease.sh unpacks with the GPU host's own python, which has no pydantic or
+    yaml (the first try of lease 2 failed on that): specdec.bundle must import without them."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path.insert(0, 'lib'); from specdec import bundle; "
+            "third = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'pydantic', 'yaml', 'pandas', 'numpy', 'pyarrow', 'vllm', 'torch'}); print(third)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=paths.ROOT, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_pack_names_a_malformed_lock_plainly(tmp_path, wheels, capsys):
+    bad = tmp_path / "lock.txt"
+    bad.write_text("vllm>=0.26\n")
+    with pytest.raises(BundleError, match=r"lock\.txt:1: 'vllm>=0\.26' is not an exact pin"):
+        _pack(tmp_path, wheels[0], requirements=None, lock=bad)
+    from specdec import cli
+
+    assert cli.main(["bundle", "--out", str(tmp_path / "o"), "--wheel-dir", str(wheels[0]),
+                     "--no-download", "--lock", str(bad)]) == 2
+    assert "is not an exact pin" in capsys.readouterr().err

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,7 +15,9 @@ from specdec import claims, provenance, store
 
 #: The article's text as the study received it (a verbatim copy lives beside the ledger).
 ARTICLE = claims.CLAIMS_DIR / "article.zh.txt"
-SEED = Path("/work/shared/seed/article.zh.txt")
+#: sha256 of the article as received (../shared/seed/article.zh.txt beside the first checkout):
+#: the copy must stay byte for byte what the study was given.
+ARTICLE_SHA256 = "c17afd5d138947af757d4a8fe560a5564a3f5e8fb0380876c712ae3559f9d5ca"
 NUMERIC = {"C7", "C8", "C9", "C11", "C12", "C13", "C18", "C19", "C20", "C28", "C29", "C30",
            "C31", "C36"}
 
@@ -35,35 +36,104 @@ def live():
 
 # -- the ledger as data ------------------------------------------------------------------ #
 def test_ledger_has_all_36_claims_with_verdict_and_evidence(ledger):
-    assert [c["id"] for c in ledger] == [f"C{i}" for i in range(1, 37)]
+    assert [c.id for c in ledger] == [f"C{i}" for i in range(1, 37)]
     for c in ledger:
-        assert c["verdict"] in claims.VERDICTS, c["id"]
-        assert c["evidence"] and all(isinstance(e, str) and e for e in c["evidence"]), c["id"]
-        assert c["observed"].strip() and c["en"].strip(), c["id"]
+        assert c.verdict in claims.VERDICTS and c.verdict != claims.OUR_FIGURE, c.id
+        assert c.evidence and all(isinstance(e, str) and e for e in c.evidence), c.id
+        assert c.observed.strip() and c.en.strip(), c.id
 
 
 def test_numeric_claims_are_marked_numeric(ledger):
-    assert {c["id"] for c in ledger if c["kind"] == "numeric"} == NUMERIC
+    assert {c.id for c in ledger if c.kind == "numeric"} == NUMERIC
 
 
 def test_chinese_words_are_the_articles_own(ledger):
     text = ARTICLE.read_text()
-    if SEED.is_file():  # where the original is at hand, the copy must be identical
-        assert text == SEED.read_text()
-    assert [c["id"] for c in ledger if c["zh"] not in text] == []
+    assert provenance.sha256_file(ARTICLE) == ARTICLE_SHA256, "the article's copy was edited"
+    assert [c.id for c in ledger if c.zh not in text] == []
 
 
 def test_ledger_rejects_unknown_verdict(tmp_path):
     text = claims.LEDGER_PATH.read_text().replace("verdict: reproduced", "verdict: plausible", 1)
     bad = tmp_path / "ledger.yaml"
     bad.write_text(text)
-    with pytest.raises(claims.LedgerError, match=r"\(C2\)\.verdict: 'plausible'"):
+    with pytest.raises(claims.LedgerError) as e:
         claims.load_ledger(bad)
+    assert str(e.value).startswith(f"{bad}: claims[1] (C2).verdict: 'plausible' is not one of "
+                                   "'reproduced', 'contradicted', ")
+
+
+def _bad_ledger(tmp_path, old: str, new: str):
+    text = claims.LEDGER_PATH.read_text()
+    assert old in text, old
+    bad = tmp_path / "ledger.yaml"
+    bad.write_text(text.replace(old, new, 1))
+    return bad
+
+
+#: (what is changed in the committed ledger, into what, the message after "<file>: ").
+BAD_LEDGERS = [
+    ("- id: C5\n", "- id: C5\n  colour: red\n",
+     "claims[4] (C5).colour: unknown key (allowed here: article, checks, derive, en, evidence, "
+     "id, kind, observed, section, setting, verdict, zh)"),
+    ("  kind: numeric\n", "  kind: numerik\n",
+     "claims[6] (C7).kind: 'numerik' is not one of 'api', 'numeric', 'advice' or 'mechanism'; "
+     "did you mean 'numeric'?"),
+    ("verdict: pending-measurement", f"verdict: {claims.OUR_FIGURE}",
+     f"claims[10] (C11).verdict: '{claims.OUR_FIGURE}' is not one of"),
+    ("    spec_key_num_speculative_tokens: accepted\n",
+     "    spec_key_num_speculative_tokens: acepted\n",
+     "claims[1] (C2).checks.spec_key_num_speculative_tokens: 'acepted' is not one of "
+     "'accepted', 'rejected', 'ignored', 'present' or 'missing'; did you mean 'accepted'?"),
+    ("    c5_components: present\n", "    c5_components: present\n    c6_components: present\n",
+     "claims[1] (C2).checks.c6_components (the key): no check named 'c6_components'"),
+    ("derive: {rule: speedup_at_k,", "derive: {rule: speedup_at_kk,",
+     "claims[10] (C11).derive.rule: 'speedup_at_kk' is not one of 'best_k', 'speedup_at_k', "
+     "'speedup_at_batch', 'method_speedup' or 'acceptance_vs_temperature'; did you mean "
+     "'speedup_at_k'?"),
+    ("derive: {rule: speedup_at_k,", "derive: {rule: speedup_at_k, profils: [x],",
+     "claims[10] (C11).derive.profils: unknown key (allowed here: bound_methods, experiments, "
+     "method_regex, profiles, rule)"),
+    ("method_regex: '^draft'", "method_regex: '^(draft'",
+     "claims[10] (C11).derive.method_regex: '^(draft' is not a regular expression"),
+    ("experiments: [k-sweep, quick-ceiling-k]", "experiments: []",
+     "claims[10] (C11).derive.experiments: a list of at least 1 item(s) is required (got [])"),
+    ("  setting: {model: llama-3-8b, hardware: 1x A100, method: draft_model}\n", "",
+     "claims[10] (C11): setting: required where derive is given"),
+    ("setting: {model: llama-3-8b, hardware: 1x A100, method: draft_model}",
+     "setting: {model: llama-3-8b, hardware: 1x A100, method: draft_model, acceptance: 1.5}",
+     "claims[10] (C11).setting.acceptance: Input should be less than or equal to 1"),
+    ("article: {acceptance: 0.68,", "article: {acceptance: yes,",
+     "claims[6] (C7).article.acceptance: Input should be a valid"),
+    ("- id: C36\n", "- id: C37\n",
+     "claims: ids must be C1..C36 in order, got C1, C2, "),
+    ("version: 1\n", "version: 2\n", "version: 2 is not one of 1"),
+]
+
+
+@pytest.mark.parametrize("old, new, message", BAD_LEDGERS, ids=[m.split(":")[0] + " " + n.strip()[:20]
+                                                               for _, n, m in BAD_LEDGERS])
+def test_malformed_ledger_is_refused_naming_file_and_field(tmp_path, old, new, message):
+    bad = _bad_ledger(tmp_path, old, new)
+    with pytest.raises(claims.LedgerError) as e:
+        claims.load_ledger(bad)
+    assert str(e.value).startswith(f"{bad}: {message}"), str(e.value)
+
+
+def test_ledger_entries_are_frozen(ledger):
+    with pytest.raises(Exception, match="frozen"):
+        ledger[0].verdict = "reproduced"
+
+
+def test_every_derivation_rule_a_ledger_may_name_exists():
+    from specdec.claims import derive, ledger as schema
+
+    assert set(derive.DERIVATIONS) == set(schema.RULES)
 
 
 def test_every_ledger_check_exists_and_every_check_is_cited(ledger):
-    cited = {cid for c in ledger for cid in (c.get("checks") or {})}
-    cited |= {e.split(":", 1)[1].strip() for c in ledger for e in c["evidence"]
+    cited = {cid for c in ledger for cid in c.checks}
+    cited |= {e.split(":", 1)[1].strip() for c in ledger for e in c.evidence
               if e.startswith("check:")}
     assert cited <= {c.id for c in claims.CHECKS}
     assert {c.id for c in claims.CHECKS} - cited == set(), "a check no claim cites"
@@ -73,13 +143,13 @@ def test_api_verdicts_rest_on_checks(ledger):
     """An API-shaped verdict needs a recorded check outcome behind it."""
     api_verdicts = {"api-does-not-exist", "exists-differently", "contradicted", "reproduced"}
     for c in ledger:
-        if c["kind"] == "api":
-            assert c.get("checks"), c["id"]
-        if c["verdict"] == "api-does-not-exist":
+        if c.kind == "api":
+            assert c.checks, c.id
+        if c.verdict == "api-does-not-exist":
             assert any(o in ("rejected", "missing", "ignored")
-                       for o in c["checks"].values()), c["id"]
-        if c["verdict"] in api_verdicts and not c.get("derive"):
-            assert c.get("checks") or any(e.startswith("source:") for e in c["evidence"]), c["id"]
+                       for o in c.checks.values()), c.id
+        if c.verdict in api_verdicts and c.derive is None:
+            assert c.checks or any(e.startswith("source:") for e in c.evidence), c.id
 
 
 # -- numeric claims: never a verdict without rows ------------------------------------------ #
@@ -88,13 +158,13 @@ def test_no_numeric_verdict_without_rows(ledger, tmp_path):
     verdict rests on an API check that refutes its premise (e.g. the pair is refused)."""
     for c in ledger:
         d = claims.derive_verdict(c, root=tmp_path)
-        if c["kind"] != "numeric":
+        if c.kind != "numeric":
             continue
         if d["verdict"] in ("reproduced", "contradicted"):
             assert d["basis"] == "ledger" and any(
-                o == "rejected" for o in (c.get("checks") or {}).values()), c["id"]
-        if c.get("derive") and c["verdict"] == "pending-measurement":
-            assert d["verdict"] == "pending-measurement" and d["basis"] == "pending", c["id"]
+                o == "rejected" for o in c.checks.values()), c.id
+        if c.derive is not None and c.verdict == "pending-measurement":
+            assert d["verdict"] == "pending-measurement" and d["basis"] == "pending", c.id
             assert "no measured rows yet" in d["observed"]
 
 
@@ -116,7 +186,7 @@ def _runs(profile, cell, method, k, batch, tok_s, experiment, temperature=0.0, a
 
 
 def _claim(ledger, cid):
-    return next(c for c in ledger if c["id"] == cid)
+    return next(c for c in ledger if c.id == cid)
 
 
 #: The article's setup as a profile (never run by this study): its rows are the only ones that
@@ -168,7 +238,7 @@ def test_temperature_rule_reads_acceptance_per_temperature(ledger, tmp_path):
                                                           "temperature", t, acc),
                          root=tmp_path)
     # C26's setting is any model and hardware with a draft model: these rows are in it.
-    pending = {**_claim(ledger, "C26"), "verdict": "pending-measurement"}
+    pending = _claim(ledger, "C26").model_copy(update={"verdict": "pending-measurement"})
     d = claims.derive_verdict(pending, root=tmp_path)
     assert d["verdict"] == "reproduced", d
     assert "T=0 40%" in d["observed"] and "T=1 10%" in d["observed"]
@@ -187,24 +257,27 @@ def test_rows_beside_a_failed_sanity_bound_decide_nothing(ledger, tmp_path):
         store.write_cell("cpu-smollm2", f"d{tag}", _runs("cpu-smollm2", f"d{tag}", "draft-self",
                                                           3, 1, 60.0, "temperature", t, self_acc),
                          root=tmp_path)
-    pending = {**_claim(ledger, "C26"), "verdict": "pending-measurement"}
+    pending = _claim(ledger, "C26").model_copy(update={"verdict": "pending-measurement"})
     d = claims.derive_verdict(pending, root=tmp_path)
     assert d["verdict"] == "pending-measurement", d
     assert "sanity bound failed" in d["observed"] and "T=1" in d["observed"]
 
 
 # -- the API checks, live against the installed vLLM ---------------------------------------- #
+@pytest.mark.vllm
 def test_checks_run_without_errors(live):
     broken = {r["check_id"]: r["exception_message"] for r in live if r["outcome"] == "error"}
     assert broken == {}
     assert {r["outcome"] for r in live} <= set(claims.OUTCOMES)
 
 
+@pytest.mark.vllm
 def test_recorded_outcomes_still_hold_for_installed_vllm(live):
     """The ledger's recorded outcome of every check is what this vLLM does now."""
     assert claims.compare_with_ledger(live) == []
 
 
+@pytest.mark.vllm
 def test_committed_results_match_live_run(live):
     prov = provenance.collect()
     f = claims.CLAIMS_DIR / claims.checks_filename(prov["vllm_package"], prov["vllm_version"])
@@ -223,6 +296,7 @@ def test_committed_results_match_live_run(live):
             f"{r['check_id']}: the check changed since its results were recorded; rerun"
 
 
+@pytest.mark.vllm
 def test_exact_vllm_errors_are_recorded(live):
     by_id = {r["check_id"]: r for r in live}
     assert "Target and draft model should have the same vocabulary size" in \
@@ -236,6 +310,7 @@ def test_exact_vllm_errors_are_recorded(live):
         .startswith("vllm/v1/sample/rejection_sampler.py:")
 
 
+@pytest.mark.vllm
 def test_checks_written_atomically_with_provenance(live, tmp_path):
     out = claims.write_checks(live, tmp_path)
     assert out.name == f"api_checks-{live[0]['vllm_package']}-{live[0]['vllm_version']}.parquet"

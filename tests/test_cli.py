@@ -1,5 +1,5 @@
-"""`specdec run --dry-run` refuses a bad profile file before any engine starts, naming the
-file and the field."""
+"""The `specdec` command: `run --dry-run` refuses a bad profile file before any engine starts,
+naming the file and the field; every other subcommand declared in specdec.cli runs for real."""
 import re
 
 import pytest
@@ -62,3 +62,102 @@ def test_dry_run_names_file_and_field_of_an_unknown_top_level_key(tmp_path, caps
     assert code == 2
     assert re.match(rf"specdec: error: {re.escape(str(f))}: repeets: unknown key \(allowed here: "
                     r"description, drafts, .*repeats", err)
+
+
+# -- every subcommand is declared in specdec.cli, and each is exercised below ------------------ #
+def test_every_subcommand_is_declared_without_plugin_loading():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert set(sub.choices) == {"run", "status", "validate", "claims", "book", "bundle", "unpack",
+                                "merge", "peer", "regenerate", "env"}
+    assert "importlib" not in (paths.ROOT / "lib/specdec/cli.py").read_text()
+
+
+def test_validate_accepts_a_good_profile_and_names_the_field_of_a_bad_one(tmp_path, capsys):
+    (tmp_path / "good").mkdir()
+    (tmp_path / "bad").mkdir()
+    good = _profile_file(tmp_path / "good")
+    assert cli.main(["validate", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{good}: ok\n  - speculative_config keys checked against the ")
+    bad = _profile_file(tmp_path / "bad", lambda d: d["workloads"][0].update(source="mtbnech"))
+    assert cli.main(["validate", str(bad), str(good)]) == 1  # every profile is still reported
+    out = capsys.readouterr().out
+    assert out.startswith(f"{bad}: REJECTED: {bad}: workloads[0].source: 'mtbnech' is not one of")
+    assert f"\n{good}: ok\n" in out
+
+
+def test_validate_reports_what_vllm_would_refuse(tmp_path, capsys):
+    f = _profile_file(tmp_path, lambda d: d.update(sampling={**d.get("sampling", {}),
+                                                              "min_p": 0.05}))
+    assert cli.main(["validate", str(f)]) == 1
+    assert f"{f}: REJECTED: sampling.min_p: min_p=0.05 with speculative decoding" in \
+        capsys.readouterr().out
+
+
+def test_claims_refuses_an_unknown_check_before_running_any(capsys):
+    assert cli.main(["claims", "--only", "spec_k_zero", "spec_k_nope"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("specdec claims: error: --only: no check named 'spec_k_nope' (known: ")
+
+
+def test_claims_runs_checks_and_stores_them_only_where_asked(tmp_path, capsys):
+    pytest.importorskip("vllm")
+    from specdec.claims import checkio
+
+    assert cli.main(["claims", "--only", "spec_k_zero", "spec_key_draft_worker_use_ray"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^spec_k_zero\s+rejected\s", out, re.M), out
+    assert "not stored (a subset" in out and "DIFFERS FROM LEDGER" not in out
+    assert cli.main(["claims", "--only", "spec_k_zero", "--out", str(tmp_path)]) == 0
+    [stored] = tmp_path.glob("api_checks-*.parquet")
+    rows = checkio.load_checks(tmp_path)
+    assert list(rows["check_id"]) == ["spec_k_zero"] and list(rows["outcome"]) == ["rejected"]
+    assert str(stored) in capsys.readouterr().out
+
+
+def test_book_reports_an_unknown_chapter_plainly(capsys):
+    assert cli.main(["book", "--only", "no_such_chapter"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("specdec book: error: --only: no notebook named 'no_such_chapter'")
+
+
+def test_env_extra_prints_the_pins_of_pyproject(capsys):
+    from specdec import envspec
+
+    assert cli.main(["env", "extra", "data"]) == 0
+    assert capsys.readouterr().out.split() == envspec.pins("data")
+    assert cli.main(["env", "extra"]) == 0  # no name: the core dependencies
+    assert capsys.readouterr().out.split() == envspec.pins()
+
+
+def test_env_check_and_environment_yml(tmp_path, monkeypatch, capsys):
+    from specdec import envspec
+
+    assert cli.main(["env", "check"]) == 0  # the committed file is current
+    copy = tmp_path / "environment.yml"
+    copy.write_text(envspec.ENVIRONMENT_YML.read_text().replace("pip\n", "pip\n  - extra\n", 1))
+    monkeypatch.setattr(envspec, "ENVIRONMENT_YML", copy)
+    assert cli.main(["env", "check"]) == 1
+    assert "environment.yml differs from pyproject.toml" in capsys.readouterr().err
+    assert cli.main(["env", "environment-yml"]) == 0
+    assert copy.read_text() == envspec.environment_yml()
+    assert cli.main(["env", "check"]) == 0
+
+
+def test_env_ensure_chromium_prints_an_executable(capsys):
+    import os
+    import shutil
+
+    if not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")):
+        pytest.skip("no Chromium here: the command would apt-get install it")
+    assert cli.main(["env", "ensure-chromium"]) == 0
+    path = capsys.readouterr().out.strip()
+    assert os.path.isfile(path) and os.access(path, os.X_OK), path
+
+
+def test_env_without_an_action_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["env"])
+    assert e.value.code == 2 and "ACTION" in capsys.readouterr().err

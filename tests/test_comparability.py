@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from specdec import claims, comparability as cmp, paths
+from specdec.claims import derive
 
 ARTICLE = cmp.ArticleSetting(model="llama-3-8b", hardware="1x A100", method="draft_model",
                              acceptance=0.68)
@@ -73,8 +74,7 @@ def _committed(profile: str) -> pd.DataFrame:
 
 
 def _claim_settings():
-    return [(c["id"], cmp.ArticleSetting.from_claim(c))
-            for c in claims.load_ledger() if c.get("derive")]
+    return [(c.id, c.article_setting()) for c in claims.load_ledger() if c.derive is not None]
 
 
 def test_h200_surface_rows_are_never_the_articles_setting():
@@ -104,18 +104,18 @@ def test_cpu_rows_are_never_the_articles_setting_for_a100_claims():
 
 def _check_verdicts(table, ledger) -> None:
     """Every judged numeric verdict rests on comparable cells, or on an API refutation."""
-    by_id = {c["id"]: c for c in ledger}
+    by_id = {c.id: c for c in ledger}
     for row in table.itertuples():
         claim = by_id[row.id]
-        if row.verdict not in claims.JUDGED or claim["kind"] != "numeric":
+        if row.verdict not in claims.JUDGED or claim.kind != "numeric":
             continue
         d = claims.derive_verdict(claim)
         if d["basis"] == "ledger":
-            assert any(o == "rejected" for o in (claim.get("checks") or {}).values()), row.id
+            assert any(o == "rejected" for o in claim.checks.values()), row.id
             continue
         assert d["basis"] == "rows" and d["cells"], (row.id, d)
-        setting = cmp.ArticleSetting.from_claim(claim)
-        summ = claims.summary(claim["derive"]["profiles"])
+        setting = claim.article_setting()
+        summ = claims.summary(list(claim.derive.profiles))
         used = summ[summ["cell_id"].isin(d["cells"])]
         for r, comp in zip(used.to_dict("records"), cmp.compare_rows(setting, used)):
             assert comp.comparable, (row.id, r["cell_id"], comp.reason())
@@ -137,18 +137,20 @@ def test_with_every_campaign_offered_a_verdict_still_rests_on_comparable_rows(mo
     profiles = sorted(p.name for p in paths.RESULTS_DIR.iterdir() if p.is_dir())
     assert {"h200-surface", "cpu-smollm2"} <= set(profiles)
     summ = claims.summary(profiles)
-    monkeypatch.setattr(claims, "summary", lambda ps, root=None: summ)  # load once
+    monkeypatch.setattr(derive, "summary", lambda ps, root=None: summ)  # load once
     experiments = sorted({t for tags in summ["experiment_tags"] for t in tags})
     for c in claims.load_ledger():
-        if not c.get("derive"):
+        if c.derive is None:
             continue
-        widened = {**c, "verdict": "pending-measurement",
-                   "derive": {**c["derive"], "profiles": profiles, "experiments": experiments}}
+        widened = c.model_copy(update={
+            "verdict": "pending-measurement",
+            "derive": c.derive.model_copy(update={"profiles": tuple(profiles),
+                                                  "experiments": tuple(experiments)})})
         d = claims.derive_verdict(widened)
         if d["verdict"] not in claims.JUDGED:
             continue
-        setting = cmp.ArticleSetting.from_claim(c)
+        setting = c.article_setting()
         used = summ[summ["cell_id"].isin(d["cells"])]
-        assert len(used) and all(x.comparable for x in cmp.compare_rows(setting, used)), c["id"]
+        assert len(used) and all(x.comparable for x in cmp.compare_rows(setting, used)), c.id
         assert not used["profile"].isin(["h200-surface", "cpu-smollm2"]).any() or \
-            setting.hardware == cmp.ANY, c["id"]
+            setting.hardware == cmp.ANY, c.id

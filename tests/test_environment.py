@@ -10,7 +10,7 @@ from specdec import envspec
 
 def test_environment_yml_is_generated_from_pyproject():
     assert envspec.ENVIRONMENT_YML.read_text() == envspec.environment_yml(), (
-        "environment.yml drifted from pyproject.toml: run `python -m specdec.envspec environment-yml`")
+        "environment.yml drifted from pyproject.toml: run `specdec env environment-yml`")
 
 
 def test_environment_yml_pins_match_pyproject_extras():

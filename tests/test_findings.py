@@ -120,3 +120,29 @@ def test_every_sentence_has_a_plain_answer_without_rows(summary, tmp_path):
     assert "not measured" in findings.self_draft_at_zero(summary, None)
     assert "no GPU campaign has measured rows" in findings.gpu_campaigns(str(tmp_path))
     assert "no rows" in findings.methods_measured(root=str(tmp_path))
+
+
+def test_crossover_sentences_name_each_case():
+    cross = pd.DataFrame({
+        "profile": "p", "method": ["a", "b", "c"], "num_speculative_tokens": [2, 3, 4],
+        "last_paying_batch": [float("nan"), 4.0, 16.0],
+        "crossover_batch": [1.0, 8.0, float("nan")],
+        "crossover_ci_below_1": [True, True, None]})
+    a, b, c = findings.crossover_sentences(cross)
+    assert a == "a (K = 2) on `p` does not pay even at the smallest batch, 1"
+    assert b == "b (K = 3) on `p` pays up to batch 4 and stops paying at batch 8 (interval wholly below 1)"
+    assert c == "c (K = 4) on `p` pays at every measured batch, up to 16"
+    assert findings.crossover_sentences(cross.iloc[:0]) == []
+
+
+def test_best_of_family_reads_reached_cells_of_that_family_only():
+    summ = _summary(_cell("ngram", 1.3, acceptance=0.62, k=4), _cell("suffix", 1.5, k=2),
+                    _cell("draft-trunc-16", 0.7), _cell("draft-self", 1.9, acceptance=1.0),
+                    _cell("ngram", 3.0, profile="h200-surface", alpha=1.0))  # set, not reached
+    lookup = findings.best_of_family(summ, "prompt lookup")
+    assert lookup.startswith("1.50× [1.45, 1.55] (suffix, K=2, mtbench, batch 1, `cpu-smollm2`")
+    assert lookup.endswith("50 % acceptance)")
+    assert "(draft-trunc-16, K=3" in findings.best_of_family(summ, "a draft model")
+    assert "(draft-self," in findings.best_of_family(summ, findings.SELF_FAMILY)
+    assert findings.best_of_family(summ, "EAGLE") == "*not measured*"
+    assert findings.best_of_family(_summary(), "prompt lookup", missing="none") == "none"

@@ -152,7 +152,7 @@ def test_reference_profile_is_the_articles_setup():
 
 
 def _vllm_source(path):
-    whl = bundle.find_wheel(paths.CACHE_DIR / "wheels", bundle.VLLM_REQUIREMENT)
+    whl = bundle.find_wheel(paths.CACHE_DIR / "wheels", bundle.locked_requirements()[0])
     if whl is None:
         pytest.skip("vllm 0.26.0 wheel not cached")
     with zipfile.ZipFile(whl) as zf:

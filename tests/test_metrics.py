@@ -205,3 +205,17 @@ def test_losslessness_identical_and_diverging(tmp_path):
     per = metrics.compare_requests(load_tokens(rows, tmp_path))
     p1 = per[(per["method"] == "draft") & (per["prompt_id"] == "p1")].iloc[0]
     assert p1["first_divergence"] == 3 and p1["baseline_len"] == 4 and p1["output_len"] == 3
+
+
+def test_best_k_cells_picks_the_fastest_k_of_each_group():
+    summ = pd.DataFrame({
+        "profile": "p", "workload": "w",
+        "method": ["baseline", "ngram", "ngram", "ngram", "draft", "draft", "ngram"],
+        "batch_size": [1, 1, 1, 1, 1, 1, 4],
+        "num_speculative_tokens": [0, 1, 3, 5, 2, 4, 3],
+        "speedup": [1.0, 1.1, 1.4, 1.2, float("nan"), 0.9, 0.8]})
+    best = metrics.best_k_cells(summ).set_index(["method", "batch_size"])["num_speculative_tokens"]
+    assert best.to_dict() == {("draft", 1): 4, ("ngram", 1): 3, ("ngram", 4): 3}
+    assert metrics.best_k_cells(summ[summ["method"] == "baseline"]).empty
+    with pytest.raises(ValueError, match="speedup"):
+        metrics.best_k_cells(summ.drop(columns=["speedup"]))

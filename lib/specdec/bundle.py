@@ -4,7 +4,8 @@ Many GPU clusters cannot reach a package index. ``pack`` builds, on a machine th
 everything a run of the study needs on such a host beyond what it already has:
 
 - the vLLM wheel (``vllm==0.26.0``, the newest built for torch 2.11 / CUDA 13) and the
-  runtime dependencies the host lacks (:data:`BUNDLED_REQUIREMENTS`), unpacked as they
+  runtime dependencies the host lacks, pinned with hashes in the lock file
+  ``bundle/requirements-h200.txt`` (:data:`LOCK_FILE`, :func:`read_lock`), unpacked as they
   would be installed, minus files an H200 run of these profiles never loads
   (:data:`TRIMMED`: FlashAttention 2 kernels, the Rust front end, Blackwell-only and
   DeepGEMM sources) and minus optional kernel packages (:data:`NOT_BUNDLED`);
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import paths, provenance
+from .lockfile import LockError, LockedRequirement, canonical_name, read_lock  # noqa: F401
 from .provenance import sha256_file
 
 FORMAT = "specdec-bundle/1"
@@ -53,45 +55,13 @@ ARCHIVE = "specdec-bundle.tar.xz"
 #: 60 MB: one part plus the repository stays under the device tool's 64 MiB per call.
 DEFAULT_PART_SIZE = 60_000_000
 
-VLLM_REQUIREMENT = "vllm==0.26.0"
-
-#: Runtime dependencies of vllm 0.26.0 that the host image lacks, with what they need in
-#: turn. Resolved on 2026-12-01 from the wheels' metadata (Python 3.12, manylinux x86-64),
-#: leaving out every package in HOST_PACKAGES and NOT_BUNDLED. Exact pins: one version of
-#: each, so the bundle is the same whenever it is rebuilt. xgrammar is 0.2.7, not the newest,
-#: because vLLM pins apache-tvm-ffi==0.1.10 and xgrammar 0.2.8+ needs >= 0.1.11.
-#: (mistral-common declares numpy<2.4 on Python 3.12; the host's numpy 2.5 is kept.)
-BUNDLED_REQUIREMENTS = (
-    "agent-detector==2.0.0", "annotated-types==0.8.0", "anthropic==2.14.0",
-    "apache-tvm-ffi==0.1.10", "astor==0.8.1",
-    "blake3==1.0.11", "cachetools==8.0.2", "cbor2==6.3.0", "cffi==2.1.1",
-    "compressed-tensors==0.17.0", "cryptography==50.0.2", "depyf==0.20.0",
-    "detect-installer==0.2.1", "dill==0.4.1", "dnspython==2.9.2", "docstring-parser==0.18.0",
-    "email-validator==2.4.0", "fastapi==0.136.3", "fastapi-cli==0.0.34",
-    "fastapi-cloud-cli==0.28.0", "fastar==0.12.0", "googleapis-common-protos==1.76.0",
-    "httpcore2==2.16.2", "httptools==0.9.0", "httpx2==2.16.2", "ijson==3.6.0",
-    "interegular==0.3.3", "jiter==0.19.0", "jmespath==1.1.0", "jsonschema==4.26.0",
-    "jsonschema-specifications==2025.9.1", "lark==1.2.2", "llguidance==1.7.6",
-    "lm-format-enforcer==0.11.3", "loguru==0.7.3", "mcp==2.3.0", "mcp-types==2.3.0",
-    "mistral-common==1.13.1", "model-hosting-container-standards==0.1.16", "msgspec==0.23.0",
-    "openai==3.57.0", "openai-harmony==0.0.8", "opentelemetry-api==1.45.2",
-    "opentelemetry-exporter-http-transport==0.66b2", "opentelemetry-exporter-otlp==1.45.2",
-    "opentelemetry-exporter-otlp-common==0.66b2",
-    "opentelemetry-exporter-otlp-proto-common==1.45.2",
-    "opentelemetry-exporter-otlp-proto-grpc==1.45.2",
-    "opentelemetry-exporter-otlp-proto-http==1.45.2", "opentelemetry-proto==1.45.2",
-    "opentelemetry-sdk==1.45.2", "opentelemetry-semantic-conventions==0.66b2",
-    "opentelemetry-semantic-conventions-ai==0.5.1", "outlines-core==0.2.14",
-    "partial-json-parser==0.2.1.1.post7", "prometheus-fastapi-instrumentator==8.1.0",
-    "pybase64==1.5.1", "pycountry==26.2.16", "pycparser==3.12", "pydantic==2.14.4",
-    "pydantic-core==2.50.5", "pydantic-extra-types==2.11.1", "pydantic-settings==2.16.3",
-    "pyjwt==2.15.1", "python-dotenv==1.2.4", "python-json-logger==4.2.0",
-    "python-multipart==0.0.34", "pyzmq==27.3.0", "referencing==0.37.0", "rich-toolkit==0.20.6",
-    "rignore==0.8.1", "rpds-py==2026.9.1", "sentry-sdk==2.75.0", "setproctitle==1.3.8",
-    "sniffio==1.3.1", "sse-starlette==3.7.0", "starlette==1.10.0", "supervisor==4.3.0",
-    "truststore==0.10.5", "typing-inspection==0.4.5", "uvicorn==0.54.0", "watchfiles==1.3.0",
-    "websockets==17.4", "xgrammar==0.2.7",
-)
+#: The lock: vLLM and the runtime dependencies of vllm 0.26.0 that the host image lacks,
+#: one exact version each with the sha256 of its wheel (a pip requirements file; the reasons
+#: for the pins are in its header). Read by :func:`read_lock` when :func:`pack` is given no
+#: ``requirements``; unpacking never reads it.
+LOCK_FILE = paths.ROOT / "bundle" / "requirements-h200.txt"
+#: The distribution whose wheel the lock must pin.
+VLLM = "vllm"
 
 #: vLLM requirements deliberately left out: optional kernel packages (flashinfer and the
 #: JIT/DSL stacks behind it), video decoding, NVTX ranges. vLLM falls back without them
@@ -162,8 +132,20 @@ class MergeError(ValueError):
     """Returned result files cannot be merged; the message names the file and the reason."""
 
 
-def _canon(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+_canon = canonical_name
+
+
+# --------------------------------------------------------------------------- #
+# The lock file (read by specdec.lockfile)
+# --------------------------------------------------------------------------- #
+def locked_requirements(path: Path | str = LOCK_FILE) -> list[str]:
+    """The lock's pins as ``name==version`` strings, vLLM first (as :func:`pack` takes them);
+    :class:`LockError` for a malformed lock."""
+    lock = read_lock(path)
+    if _canon(lock[0].name) != VLLM:
+        raise LockError(f"{path}:{lock[0].line}: the first pin must be {VLLM}, "
+                        f"not {lock[0].name}")
+    return [r.requirement for r in lock]
 
 
 # --------------------------------------------------------------------------- #
@@ -374,19 +356,25 @@ def _clear_bundle(out_dir: Path) -> None:
 def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-mechanics",),
          part_size: int = DEFAULT_PART_SIZE, wheel_dir: Path | str | None = None,
          requirements: Sequence[str] | None = None, trimmed: Sequence[str] = TRIMMED,
-         download: bool = True, preset: int = 6, include_repo: bool = True) -> dict:
+         download: bool = True, preset: int = 6, include_repo: bool = True,
+         lock: Path | str | None = None) -> dict:
     """Build the bundle in ``out_dir``: parts ``specdec-bundle.tar.xz.NNN`` and ``manifest.json``.
 
-    ``requirements`` defaults to vLLM plus :data:`BUNDLED_REQUIREMENTS`; with
-    ``download=False`` every wheel must already be in ``wheel_dir`` (default
-    ``CACHE_DIR/wheels``). Returns the manifest. The manifest is written last: a bundle
-    without one is incomplete.
+    ``requirements`` defaults to the pins of the lock file (``lock``, default
+    :data:`LOCK_FILE`), and then every wheel must have one of the sha256 the lock gives for
+    it (checked before anything is written); with ``download=False`` every wheel must
+    already be in ``wheel_dir`` (default ``CACHE_DIR/wheels``). Returns the manifest. The
+    manifest is written last: a bundle without one is incomplete.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     wheel_dir = Path(wheel_dir) if wheel_dir else paths.CACHE_DIR / "wheels"
-    reqs = list(requirements) if requirements is not None else [VLLM_REQUIREMENT,
-                                                                 *BUNDLED_REQUIREMENTS]
+    lock_path = Path(lock) if lock else LOCK_FILE
+    try:
+        locked = {r.requirement: r for r in read_lock(lock_path)} if requirements is None else {}
+        reqs = list(requirements) if requirements is not None else locked_requirements(lock_path)
+    except LockError as e:
+        raise BundleError(str(e)) from None
     names = [_requirement_name(r) for r in reqs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -401,6 +389,11 @@ def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-mechanics",),
                 raise BundleError(f"requirements: no wheel for {r} in {wheel_dir} "
                                   f"(run without --no-download to fetch it)")
             wheels.append(whl)
+    digests = [sha256_file(whl) for whl in wheels]
+    for req, whl, digest in zip(reqs, wheels, digests):
+        if req in locked and digest not in locked[req].hashes:
+            raise BundleError(f"{whl}: sha256 {digest} is not the one {lock_path}:"
+                            f"{locked[req].line} locks for {req}")
     repo = repo_files(profiles) if include_repo else []
 
     _clear_bundle(out_dir)
@@ -409,9 +402,8 @@ def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-mechanics",),
     try:
         with lzma.LZMAFile(writer, "w", preset=preset) as xz, \
                 tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for req, whl in zip(reqs, wheels):
-                packages.append({"requirement": req, "wheel": whl.name,
-                                 "sha256": sha256_file(whl)})
+            for req, whl, digest in zip(reqs, wheels, digests):
+                packages.append({"requirement": req, "wheel": whl.name, "sha256": digest})
                 with zipfile.ZipFile(whl) as zf:
                     for name, info, trim in _wheel_entries(whl, trimmed):
                         if trim:
@@ -613,6 +605,7 @@ def _expected_cells(profile) -> dict[str, str]:
 def _check_file(f: Path, kind: str, known: dict, profile_filter: str | None,
                 where: str | None = None):
     """Schema, provenance and identity checks of one returned file -> (profile, cell_id, table)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from . import store
@@ -665,7 +658,14 @@ def _check_file(f: Path, kind: str, known: dict, profile_filter: str | None,
                          f"the profile names {want_vllm}")
     if prof.hardware.kind == "cuda" and (df["device_name"] == "cpu").any():
         raise MergeError(f"{where}: profile {pname!r} is a GPU profile but rows say device 'cpu'")
-    return pname, cid, pq.read_table(f).cast(schema)
+    table = pq.read_table(f)
+    # A file written before a column was added (store.ADDED_COLUMNS) reads it as null, as
+    # store.read_rows does: a lease that retags an older cell sends it back in the old schema.
+    for name in sorted(store.ADDED_COLUMNS - set(table.schema.names)):
+        if name in schema.names:
+            table = table.append_column(schema.field(name), pa.nulls(table.num_rows,
+                                                                    type=schema.field(name).type))
+    return pname, cid, table.select(schema.names).cast(schema)
 
 
 def merge(src: Path | str, profile: str | None = None, results_root: Path | str | None = None,
@@ -742,7 +742,8 @@ def _plain_errors(fn):
 
 def _cmd_bundle(args) -> int:
     man = pack(args.out, profiles=args.profile or ["h200-mechanics"], part_size=args.part_size,
-               wheel_dir=args.wheel_dir, download=not args.no_download, preset=args.preset)
+               wheel_dir=args.wheel_dir, download=not args.no_download, preset=args.preset,
+               lock=args.lock)
     for p in man["parts"]:
         print(f"{Path(args.out) / p['name']}  {p['size'] / 1e6:.1f} MB  sha256 {p['sha256'][:16]}")
     print(f"{len(man['parts'])} part(s), {man['archive']['size'] / 1e6:.1f} MB in all; "
@@ -787,6 +788,8 @@ def register(subparsers) -> None:
     b.add_argument("--part-size", type=int, default=DEFAULT_PART_SIZE, help="bytes per part")
     b.add_argument("--wheel-dir", type=Path, default=None, help="wheel cache (default .cache/wheels)")
     b.add_argument("--no-download", action="store_true", help="use only wheels already cached")
+    b.add_argument("--lock", type=Path, default=None,
+                   help="pins with hashes, a pip requirements file (default bundle/requirements-h200.txt)")
     b.add_argument("--preset", type=int, default=6, help="xz preset 0-9")
     b.set_defaults(func=_plain_errors(_cmd_bundle))
 

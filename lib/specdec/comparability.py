@@ -47,37 +47,17 @@ RANDOM_WEIGHTS = "random weights"  # load_format dummy: an artefact of the weigh
 DIMENSIONS = ("model", "hardware", "method", "acceptance")
 
 
-class SettingError(ValueError):
-    """A ledger ``setting`` is malformed; the message names the field."""
-
-
 @dataclasses.dataclass(frozen=True)
 class ArticleSetting:
-    """The setting of one article figure (ledger ``setting:``)."""
+    """The setting of one article figure (ledger ``setting:``, validated by
+    :class:`specdec.claims.ledger.Setting`; :meth:`~specdec.claims.ledger.Claim.article_setting`
+    builds it)."""
 
     model: str
     hardware: str
     method: str
     #: A rate in [0, 1], :data:`ANY` or :data:`UNSTATED`.
     acceptance: float | str
-
-    @classmethod
-    def from_claim(cls, claim: Mapping[str, Any]) -> "ArticleSetting":
-        """From a ledger claim; acceptance defaults to the article's stated ``acceptance``."""
-        where = f"{claim.get('id', '?')}.setting"
-        s = claim.get("setting")
-        if not isinstance(s, Mapping):
-            raise SettingError(f"{where}: a mapping with model, hardware, method is required")
-        unknown = set(s) - {"model", "hardware", "method", "acceptance"}
-        if unknown:
-            raise SettingError(f"{where}: unknown key {sorted(unknown)[0]!r}")
-        for k in ("model", "hardware", "method"):
-            if not isinstance(s.get(k), str) or not s[k]:
-                raise SettingError(f"{where}.{k}: a name, {ANY!r} or {UNSTATED!r} is required")
-        acc = s.get("acceptance", (claim.get("article") or {}).get("acceptance", UNSTATED))
-        if not (acc in (ANY, UNSTATED) or (isinstance(acc, (int, float)) and 0 <= acc <= 1)):
-            raise SettingError(f"{where}.acceptance: {acc!r} is not a rate, {ANY!r} or {UNSTATED!r}")
-        return cls(s["model"], s["hardware"], s["method"], acc)
 
     def describe(self) -> str:
         acc = self.acceptance if isinstance(self.acceptance, str) else f"{self.acceptance:.0%}"

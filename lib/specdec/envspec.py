@@ -1,15 +1,14 @@
 """One source of dependency versions: pyproject.toml. environment.yml is generated from it.
 
-    python -m specdec.envspec extra data          # print the pins of one extra
-    python -m specdec.envspec environment-yml     # rewrite environment.yml from pyproject.toml
-    python -m specdec.envspec check               # exit 1 if environment.yml has drifted
-    python -m specdec.envspec ensure-chromium     # apt-get install chromium if it is missing
+    specdec env extra data          # print the pins of one extra
+    specdec env environment-yml     # rewrite environment.yml from pyproject.toml
+    specdec env check               # exit 1 if environment.yml has drifted
+    specdec env ensure-chromium     # apt-get install chromium if it is missing
 """
 from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tomllib
 
 from . import paths
@@ -36,7 +35,7 @@ def pins(extra: str | None = None) -> list[str]:
 
 def environment_yml() -> str:
     lines = [
-        "# GENERATED from pyproject.toml by `python -m specdec.envspec environment-yml`.",
+        "# GENERATED from pyproject.toml by `specdec env environment-yml`.",
         "# Do not edit by hand: tests/test_environment.py fails when the two drift apart.",
         "# For CUDA GPU hosts (torch 2.11 / CUDA 13, Python 3.12). CPU users: see README.",
         "name: specdec",
@@ -70,28 +69,6 @@ def ensure_chromium() -> str:
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print(__doc__)
-        return 2
-    cmd = args[0]
-    if cmd == "extra":
-        print(" ".join(pins(args[1] if len(args) > 1 else None)))
-    elif cmd == "environment-yml":
-        ENVIRONMENT_YML.write_text(environment_yml())
-    elif cmd == "check":
-        if ENVIRONMENT_YML.read_text() != environment_yml():
-            print("environment.yml differs from pyproject.toml; run "
-                  "`python -m specdec.envspec environment-yml`", file=sys.stderr)
-            return 1
-    elif cmd == "ensure-chromium":
-        print(ensure_chromium())
-    else:
-        print(__doc__)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def environment_yml_is_current() -> bool:
+    """Whether environment.yml is what :func:`environment_yml` generates now."""
+    return ENVIRONMENT_YML.is_file() and ENVIRONMENT_YML.read_text() == environment_yml()

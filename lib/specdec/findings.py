@@ -213,7 +213,7 @@ def sanity_bound_sentence(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str
     if selfd.empty:
         return "no row of the target drafting for itself is stored yet"
     tags = sorted({t for tags in selfd["experiment_tags"] for t in tags})
-    failed = failed_sanity_bound(selfd, {"experiments": tags})
+    failed = failed_sanity_bound(selfd, tags)
     where = ", ".join(f"`{p}`" for p in sorted(selfd["profile"].unique()))
     if failed is None:
         return f"in this study's rows ({where}) it did, wherever it ran"
@@ -311,3 +311,52 @@ def methods_measured(vllm_methods=("eagle", "eagle3", "medusa", "mtp"),
                  for p, (o, c) in seen.get(n, {}).items()]
         parts.append(f"{n}: " + (", ".join(where) if where else "no rows"))
     return "; ".join(parts)
+
+
+def crossover_sentences(crossover: pd.DataFrame) -> list[str]:
+    """One clause per configuration of :func:`metrics.crossover_batch`: up to which batch it
+    pays and where it stops (read off the measured grid, no interpolation)."""
+    parts = []
+    for r in crossover.itertuples():
+        who = f"{r.method} (K = {r.num_speculative_tokens}) on `{r.profile}`"
+        if pd.notna(r.crossover_batch) and pd.isna(r.last_paying_batch):
+            parts.append(f"{who} does not pay even at the smallest batch, "
+                         f"{int(r.crossover_batch)}")
+        elif pd.notna(r.crossover_batch):
+            parts.append(f"{who} pays up to batch {int(r.last_paying_batch)} and stops paying "
+                         f"at batch {int(r.crossover_batch)}"
+                         + (" (interval wholly below 1)" if r.crossover_ci_below_1 else ""))
+        else:
+            parts.append(f"{who} pays at every measured batch, up to {int(r.last_paying_batch)}")
+    return parts
+
+
+#: The clause where no configuration has a complete batch sweep.
+NO_CROSSOVER = ("no campaign has a complete batch sweep with baselines yet, so no crossover "
+                "can be given")
+
+
+def _num(value, spec: str, suffix: str = "", missing: str = "–") -> str:
+    return missing if value is None or pd.isna(value) else f"{value:{spec}}{suffix}"
+
+
+def best_cell(cells: pd.DataFrame, missing: str = "*not measured*") -> str:
+    """The fastest of ``cells`` with its interval and setting, e.g. ``1.52× [1.49, 1.55]
+    (ngram, K=4, code, batch 1, `cpu-smollm2`, 62 % acceptance)``."""
+    if cells is None or cells.empty:
+        return missing
+    r = cells.loc[cells["speedup"].idxmax()]
+    acceptance = None if pd.isna(r["acceptance_rate"]) else 100 * r["acceptance_rate"]
+    return (f"{_num(r['speedup'], '.2f', '×')} "
+            f"[{_num(r['speedup_ci_low'], '.2f')}, {_num(r['speedup_ci_high'], '.2f')}] "
+            f"({r['method']}, K={int(r['num_speculative_tokens'])}, {r['workload']}, "
+            f"batch {int(r['batch_size'])}, `{r['profile']}`, "
+            f"{_num(acceptance, '.0f', ' %')} acceptance)")
+
+
+def best_of_family(summary: pd.DataFrame, family_name: str, self_drafts=SELF_DRAFTS,
+                   missing: str = "*not measured*") -> str:
+    """:func:`best_cell` among the greedy cells of one method family (:data:`FAMILIES`, or
+    :data:`SELF_FAMILY`) whose acceptance a draft reached (:func:`reached_cells`)."""
+    cells = reached_cells(summary, self_drafts)
+    return best_cell(cells[cells["family"] == family_name], missing)

@@ -43,6 +43,7 @@ SUMMARY_COLUMNS = CELL_KEYS + [
     "acceptance_rate", "mean_acceptance_length", "accepted_per_pos_rate",
     "peak_memory_bytes", "kv_cache_bytes", "engine_start_s",
     "model_weight_bytes", "draft_weight_bytes", "kv_cache_tokens", "model_runner",
+    "cudagraph_mode",
 ] + PROVENANCE_SUMMARY + ["timestamp_utc"]
 
 SPEEDUP_COLUMNS = ["baseline_cell_id", "baseline_tok_s", "baseline_tok_s_ci_low",
@@ -154,6 +155,7 @@ def summarize(runs_df: pd.DataFrame, cv_threshold: float = stats.CV_THRESHOLD) -
             v = pd.to_numeric(g[col], errors="coerce") if col in g else pd.Series(dtype=float)
             row[col] = float(getattr(v, fn)()) if v.notna().any() else float("nan")
         row["model_runner"] = _joined(g["model_runner"]) if "model_runner" in g else None
+        row["cudagraph_mode"] = _joined(g["cudagraph_mode"]) if "cudagraph_mode" in g else None
         for col in PROVENANCE_SUMMARY:
             row[col] = _joined(g[col]) if col in g else None
         row["timestamp_utc"] = g["timestamp_utc"].max() if "timestamp_utc" in g else None
@@ -276,7 +278,8 @@ def acceptance_check(summary_df: pd.DataFrame) -> pd.DataFrame:
     acceptance rate), ``acceptance_max_z`` (largest |realised - set| / binomial standard
     error over positions; inf where a rate set to 0 or 1 was missed) and
     ``acceptance_follows_set`` (True / False; None for natural-acceptance cells and cells
-    without drafts). A False means the rates did not take effect as set and the cell's
+    without drafts). Where every draft had the same length L < K (vLLM's dynamic K at a
+    fixed batch), the first L positions are checked and the set rate is their mean. A False means the rates did not take effect as set and the cell's
     speed is not the speed at that alpha.
     """
     _require(summary_df, ["acceptance_alpha", "num_speculative_tokens", "spec_num_drafts",
@@ -292,6 +295,11 @@ def acceptance_check(summary_df: pd.DataFrame) -> pd.DataFrame:
             vals = [float(np.mean([a ** (i + 1) for i in range(k)])), float("nan"),
                     float("nan"), None]
         else:
+            # vLLM's dynamic K drafts fewer than the grid's K at larger batches; at a fixed
+            # batch every draft then has the same, smaller length: check the positions drafted.
+            used = r.get("spec_num_draft_tokens", float("nan")) / n
+            if np.isfinite(used) and abs(used - round(used)) < 0.01 and 0 < round(used) < k:
+                k = int(round(used))
             zs = []
             for i in range(k):
                 want = a ** (i + 1)
@@ -345,6 +353,25 @@ def crossover_batch(speedup_df: pd.DataFrame) -> pd.DataFrame:
                      "crossover_ci_below_1": bool(first["speedup_ci_high"] < 1)
                      if first is not None else None})
     return pd.DataFrame(rows, columns=columns)
+
+
+#: The groups within which :func:`best_k_cells` picks the fastest K.
+BEST_K_GROUP = ["profile", "method", "workload", "batch_size"]
+
+
+def best_k_cells(speedup_df: pd.DataFrame, by=BEST_K_GROUP) -> pd.DataFrame:
+    """The speculative cell with the highest measured speedup in each group of ``by``.
+
+    Input: :func:`with_speedup` output; cells without a speedup are left out. Its
+    ``num_speculative_tokens`` is the group's measured best K. No interpolation: the best
+    of the K values measured.
+    """
+    by = list(by)
+    _require(speedup_df, by + ["num_speculative_tokens", "speedup"], "best_k_cells")
+    spec = speedup_df[(speedup_df["method"] != BASELINE) & speedup_df["speedup"].notna()]
+    if spec.empty:
+        return spec.copy()
+    return spec.loc[spec.groupby(by)["speedup"].idxmax()]
 
 
 # --------------------------------------------------------------------------- #

@@ -10,6 +10,8 @@ PROFILES_DIR = ROOT / "profiles"
 DATA_DIR = ROOT / "data"
 RESULTS_DIR = DATA_DIR / "results"
 MODEL_CONFIGS_DIR = DATA_DIR / "model_configs"
+#: The claims ledger and the recorded API checks.
+CLAIMS_DIR = DATA_DIR / "claims"
 NOTEBOOKS_DIR = ROOT / "notebooks"
 BOOK_DIR = ROOT / "book"
 

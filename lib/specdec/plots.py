@@ -272,7 +272,7 @@ def verdict_counts(ledger: pd.DataFrame, verdicts: Sequence[str], kinds: Sequenc
     """Stacked horizontal bars: claims per verdict, split by kind of claim.
 
     ``ledger``: one row per claim with ``verdict`` and ``kind`` columns
-    (:func:`specdec.claims.ledger_table`); ``verdicts``/``kinds`` fix the order, zeros kept.
+    (:func:`specdec.claims.tables.ledger_table`); ``verdicts``/``kinds`` fix the order, zeros kept.
     """
     set_theme()
     fig = Figure(layout="constrained", figsize=(7.6, 3.4))

@@ -58,6 +58,9 @@ class Hardware(_Schema):
     #: Human label shown in the book, e.g. "2 CPU cores, one thread" or "1x NVIDIA H200".
     label: str
     num_gpus: NonNegativeInt = 0
+    #: Published peak memory bandwidth of one device, GB/s (e.g. NVIDIA's 4800 for an H200
+    #: SXM): the roofline of a decode step. Optional; not part of any cell's config hash.
+    memory_bandwidth_gb_s: float | None = Field(None, gt=0)
 
 
 class Engine(_Schema):

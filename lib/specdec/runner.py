@@ -54,12 +54,19 @@ from .profiles import Cell, Profile
 from .provenance import collect, now_utc
 
 ERROR_TAIL = 4000
+#: Version of the measuring protocol described above, stored in every row
+#: (``measure_version``). Bump it when a change alters what a cell measures (timing,
+#: counters, passes, warm-up); ``specdec regenerate`` then remeasures the older rows.
+#: Rows stored before the column existed read as null and count as version 1.
+MEASURE_VERSION = 1
 
 
 # --------------------------------------------------------------------------- #
 # Cells and their stored identity
 # --------------------------------------------------------------------------- #
 def experiment_tags(profile: Profile) -> dict[Cell, list[str]]:
+    """The experiments of ``profile`` holding each cell, as recorded in the rows written now
+    (a record: readers take membership from the profile, :func:`store.with_membership`)."""
     tags: dict[Cell, list[str]] = {}
     for e in profile.experiments:
         for c in profiles.expand(profile, [e.name]):
@@ -89,6 +96,7 @@ def identity(profile: Profile, cell: Cell, tags: dict[Cell, list[str]] | None = 
         "max_tokens": profile.sampling.max_tokens,
         "compilation": compilation_label(profile),
         "acceptance_alpha": cell.acceptance,
+        "measure_version": MEASURE_VERSION,
     }
 
 
@@ -125,35 +133,6 @@ def plan(profile: Profile, experiments: Sequence[str] | None = None, force: bool
         st = store.cell_status(profile.name, cid, results_root)
         out.append(PlannedCell(c, cid, st, force or st != "ok"))
     return out
-
-
-def retag(profile: Profile, done: Iterable[PlannedCell], results_root: Path | None = None) -> int:
-    """Rewrite ``experiment_tags`` of stored cells whose tags the profile has since changed.
-
-    Tags are derived from the profile (which experiments contain the cell), not measured;
-    an experiment that gains an already-measured cell must not make it invisible to its
-    chapter. Measurements are left untouched; returns the number of cells retagged.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    tags = experiment_tags(profile)
-    n = 0
-    for pc in done:
-        want = tags.get(pc.cell, [])
-        for path, schema in ((store.runs_path(profile.name, pc.cell_id, results_root), store.RUNS_SCHEMA),
-                             (store.tokens_path(profile.name, pc.cell_id, results_root), store.TOKENS_SCHEMA)):
-            if not path.exists():
-                continue
-            table = pq.read_table(path)
-            have = table.column("experiment_tags").to_pylist()
-            if all(sorted(t or []) == sorted(want) for t in have):
-                continue
-            col = pa.array([want] * table.num_rows, type=schema.field("experiment_tags").type)
-            i = table.schema.get_field_index("experiment_tags")
-            store.atomic_write_table(table.set_column(i, schema.field("experiment_tags"), col), path)
-            n += path.name.endswith(".runs.parquet")
-    return n
 
 
 def status(profile: Profile, results_root: Path | None = None) -> dict[str, dict[str, int]]:
@@ -211,6 +190,20 @@ def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int, bool]
 _CURRENT_ENGINE: list[subprocess.Popen] = []
 
 
+def _die_with_parent() -> None:
+    """In the engine subprocess, before exec: a SIGKILL of the runner (``kill -9``, which no
+    handler sees) kills the engine too, so no orphan holds the device or writes rows behind
+    a rerun. Linux only (prctl PR_SET_PDEATHSIG); elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _kill_engine_and_exit(signum, frame):
     """SIGTERM/SIGINT: the engine runs in its own session, so take it down with us (it
     would otherwise hold the GPU after we are gone); finished cells are already stored."""
@@ -236,7 +229,7 @@ def _run_group(cmd: list[str], spec: dict, env: dict, timeout: float, log_path: 
         with open(log_path, "w") as log:
             proc = subprocess.Popen([*cmd, spec_file], stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, env=env,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=_die_with_parent)
             _CURRENT_ENGINE[:] = [proc]
 
             def pump():
@@ -302,7 +295,8 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
     result = {"ok": [], "failed": [], "deferred": [],
               "skipped": [pc.cell_id for pc in planned if not pc.will_run]}
     if not dry_run:
-        retag(profile, [pc for pc in planned if not pc.will_run], results_root)
+        for tmp in store.partial_files(profile.name, results_root):
+            tmp.unlink(missing_ok=True)  # a write a killed run left half done; never read
 
     print(f"{profile.name}: {len(planned)} cells, {len(result['skipped'])} done, "
           f"{len(todo)} to run in {len(groups)} engine(s)", file=out, flush=True)

@@ -16,7 +16,10 @@ Schema ``runs`` (a row = one timed repeat of one cell):
 ==========================  =====================================================
 profile, cell_id            campaign and fixed cell name
 config_hash                 hash of the cell's full configuration (profiles.config_hash)
-experiment_tags             experiments of the profile that include this cell
+experiment_tags             experiments that included the cell when it was measured (a record,
+                            never rewritten); readers get the membership the profile gives *now*
+                            (:func:`experiment_membership`, applied by :func:`load_runs`)
+measure_version             version of the measuring protocol (runner.MEASURE_VERSION); null = 1
 method, draft               method name; draft model name or null
 num_speculative_tokens      K (0 for the baseline)
 batch_size, workload        requests per ``generate`` call; workload name
@@ -43,6 +46,8 @@ model_runner                vLLM's model runner class (V1 and V2 runners differ 
 model_weight_bytes          bytes of the target's weights in the engine
 draft_weight_bytes          bytes the draft or heads add (shared tensors counted once; 0: ngram)
 kv_cache_tokens             tokens the KV cache holds (blocks x block size)
+cudagraph_mode              the CUDA graph mode the engine ran with, after vLLM's own overrides
+                            (dynamic K forces PIECEWISE on the V1 runner); null on CPU or older rows
 provenance columns          see provenance.PROVENANCE_COLUMNS
 ==========================  =====================================================
 
@@ -97,6 +102,7 @@ _IDENTITY_FIELDS = [
     pa.field("max_tokens", pa.int64()),
     pa.field("compilation", pa.string()),
     pa.field("acceptance_alpha", pa.float64()),
+    pa.field("measure_version", pa.int64()),
 ]
 
 RUNS_SCHEMA = pa.schema(
@@ -123,6 +129,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("model_weight_bytes", pa.int64()),
         pa.field("draft_weight_bytes", pa.int64()),
         pa.field("kv_cache_tokens", pa.int64()),
+        pa.field("cudagraph_mode", pa.string()),
     ]
     + _PROVENANCE_FIELDS
 )
@@ -131,7 +138,8 @@ RUNS_SCHEMA = pa.schema(
 #: what the engine holds). A file written before them lacks them and reads them as null;
 #: any other difference from the schema is an error.
 ADDED_COLUMNS = frozenset({"acceptance_alpha", "synthetic_rates", "model_runner",
-                           "model_weight_bytes", "draft_weight_bytes", "kv_cache_tokens"})
+                           "model_weight_bytes", "draft_weight_bytes", "kv_cache_tokens",
+                           "cudagraph_mode", "measure_version"})
 
 TOKENS_SCHEMA = pa.schema(
     _IDENTITY_FIELDS
@@ -194,12 +202,37 @@ def write_cell(profile: str, cell_id: str, runs: Sequence[Mapping],
     return out
 
 
+def read_file(f: Path, schema: pa.Schema) -> pa.Table:
+    """One stored file, checked against ``schema``; a file that is not readable Parquet or
+    does not fit the schema raises :class:`SchemaError` naming it (never skipped)."""
+    try:
+        t = pq.read_table(f)
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise SchemaError(f"{f}: not a readable Parquet file ({e}); move it away or delete "
+                          f"it to remeasure the cell") from None
+    absent = [n for n in schema.names if n in ADDED_COLUMNS and n not in t.schema.names]
+    for name in absent:
+        fld = schema.field(name)
+        t = t.append_column(fld, pa.nulls(t.num_rows, type=fld.type))
+    if absent and set(t.schema.names) == set(schema.names):
+        t = t.select(schema.names)
+    if t.schema.names != schema.names:
+        missing = sorted(set(schema.names) - set(t.schema.names))
+        extra = sorted(set(t.schema.names) - set(schema.names))
+        raise SchemaError(f"{f}: columns differ from the schema "
+                          f"(missing {missing or 'none'}, extra {extra or 'none'})")
+    try:
+        return t.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
+        raise SchemaError(f"{f}: types differ from the schema: {e}") from None
+
+
 def cell_status(profile: str, cell_id: str, root: Path | None = None) -> str:
-    """"missing", "ok" or "failed" for one stored cell."""
+    """"missing", "ok" or "failed" for one stored cell (a corrupt file: SchemaError)."""
     p = runs_path(profile, cell_id, root)
     if not p.exists():
         return "missing"
-    status = pq.read_table(p, columns=["status"]).column("status").to_pylist()
+    status = read_file(p, RUNS_SCHEMA).column("status").to_pylist()
     return "ok" if status and all(s == "ok" for s in status) else "failed"
 
 
@@ -207,43 +240,93 @@ def is_done(profile: str, cell_id: str, root: Path | None = None) -> bool:
     return cell_status(profile, cell_id, root) == "ok"
 
 
+def partial_files(profile: str, root: Path | None = None) -> list[Path]:
+    """Temporary files an interrupted write left behind (``atomic_write_table``'s)."""
+    d = paths.results_dir(profile, root)
+    return sorted(d.glob(".*.parquet.*.tmp")) if d.exists() else []
+
+
 def _read(files: Iterable[Path], schema: pa.Schema) -> pd.DataFrame:
-    tables = []
-    for f in sorted(files):
-        t = pq.read_table(f)
-        absent = [n for n in schema.names if n in ADDED_COLUMNS and n not in t.schema.names]
-        for name in absent:
-            fld = schema.field(name)
-            t = t.append_column(fld, pa.nulls(t.num_rows, type=fld.type))
-        if absent and set(t.schema.names) == set(schema.names):
-            t = t.select(schema.names)
-        if t.schema.names != schema.names:
-            missing = sorted(set(schema.names) - set(t.schema.names))
-            extra = sorted(set(t.schema.names) - set(schema.names))
-            raise SchemaError(f"{f}: columns differ from the schema "
-                              f"(missing {missing or 'none'}, extra {extra or 'none'})")
-        try:
-            tables.append(t.cast(schema))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
-            raise SchemaError(f"{f}: types differ from the schema: {e}") from None
+    tables = [read_file(f, schema) for f in sorted(files)]
     if not tables:
         return schema.empty_table().to_pandas()
     return pa.concat_tables(tables).to_pandas()
 
 
+# --------------------------------------------------------------------------- #
+# Experiment membership: derived from the profile at read time, never stored
+# --------------------------------------------------------------------------- #
+def experiment_membership(profile) -> dict[str, list[str]]:
+    """cell_id -> the experiments of ``profile`` (a Profile, a name or a path) whose grid
+    holds the cell, as the profile says now. {} when the profile is not in this checkout."""
+    from . import profiles as P
+
+    if isinstance(profile, P.Profile):
+        return _membership(profile)
+    path = Path(profile) if Path(str(profile)).suffix else paths.PROFILES_DIR / f"{profile}.yaml"
+    try:
+        key = (str(path.resolve()), path.stat().st_mtime_ns)
+    except OSError:
+        return {}
+    if key not in _MEMBERSHIP_CACHE:
+        try:
+            _MEMBERSHIP_CACHE[key] = _membership(P.load_profile(path))
+        except P.ProfileError:
+            _MEMBERSHIP_CACHE[key] = {}
+    return _MEMBERSHIP_CACHE[key]
+
+
+_MEMBERSHIP_CACHE: dict[tuple[str, int], dict[str, list[str]]] = {}
+
+
+def _membership(profile) -> dict[str, list[str]]:
+    from . import profiles as P
+
+    out: dict[str, list[str]] = {}
+    for e in profile.experiments:
+        for c in P.expand(profile, [e.name]):
+            out.setdefault(P.cell_id(profile, c), []).append(e.name)
+    return out
+
+
+def with_membership(df: pd.DataFrame, experiments_from: Mapping | None = None) -> pd.DataFrame:
+    """``df`` with ``experiment_tags`` set from each row's profile, as it is now.
+
+    ``experiments_from`` maps a profile name to a Profile or a path (default:
+    ``profiles/<name>.yaml``). A cell the profile's grids no longer hold, or a profile not
+    in this checkout, keeps the record written when it was measured.
+    """
+    if df.empty or "experiment_tags" not in df.columns:
+        return df
+    experiments_from = experiments_from or {}
+    tags = list(df["experiment_tags"])
+    for name in df["profile"].unique():
+        member = experiment_membership(experiments_from.get(name, name))
+        if not member:
+            continue
+        for i, (p, cid) in enumerate(zip(df["profile"], df["cell_id"])):
+            if p == name and cid in member:
+                tags[i] = list(member[cid])
+    df = df.copy()
+    df["experiment_tags"] = pd.Series(tags, index=df.index, dtype=object)
+    return df
+
+
 def load_runs(profiles: str | Sequence[str], root: Path | None = None,
-              only_ok: bool = False) -> pd.DataFrame:
-    """All run rows of one or more profiles, schema-checked."""
+              only_ok: bool = False, experiments_from: Mapping | None = None) -> pd.DataFrame:
+    """All run rows of one or more profiles, schema-checked, with experiment membership
+    from the profiles (:func:`with_membership`)."""
     names = [profiles] if isinstance(profiles, str) else list(profiles)
     files = [f for n in names for f in paths.results_dir(n, root).glob("*.runs.parquet")]
-    df = _read(files, RUNS_SCHEMA)
+    df = with_membership(_read(files, RUNS_SCHEMA), experiments_from)
     return df[df["status"] == "ok"].reset_index(drop=True) if only_ok else df
 
 
-def load_tokens(profiles: str | Sequence[str], root: Path | None = None) -> pd.DataFrame:
+def load_tokens(profiles: str | Sequence[str], root: Path | None = None,
+                experiments_from: Mapping | None = None) -> pd.DataFrame:
     names = [profiles] if isinstance(profiles, str) else list(profiles)
     files = [f for n in names for f in paths.results_dir(n, root).glob("*.tokens.parquet")]
-    return _read(files, TOKENS_SCHEMA)
+    return with_membership(_read(files, TOKENS_SCHEMA), experiments_from)
 
 
 def check_provenance(df: pd.DataFrame, where: str = "rows") -> None:

@@ -336,3 +336,78 @@ def break_even_alpha(cost_ratio: float, k_max: int = 16, verify_intercept: float
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if pays(mid) else (mid, hi)
     return hi
+
+
+def article_implied(k, acceptance_rate, speedup) -> pd.DataFrame:
+    """What a published K table's own numbers imply under the model (the article's C11-C13).
+
+    ``k``, ``acceptance_rate`` (accepted / draft tokens) and ``speedup``: equal-length
+    sequences, as the table states them. Returns, per row, ``k_times_acceptance`` (the
+    accepted draft tokens per step), ``implied_tokens_per_step`` (one more: the target adds
+    a token at every step), ``implied_alpha`` (:func:`alpha_from_rate`) and
+    ``implied_cost_ratio``, the draft cost c that S = E / (c*K + 1) needs to turn those
+    tokens per step into the stated speedup. Arithmetic on the table's numbers, not ours.
+    """
+    k = np.asarray(k, dtype=float)
+    rate = np.asarray(acceptance_rate, dtype=float)
+    speedup = np.asarray(speedup, dtype=float)
+    accepted = k * rate
+    tokens = 1 + accepted
+    return pd.DataFrame({
+        "k_times_acceptance": accepted,
+        "implied_tokens_per_step": tokens,
+        "implied_alpha": np.atleast_1d(alpha_from_rate(rate, k.astype(int))),
+        "implied_cost_ratio": (tokens / speedup - 1) / k,
+    })
+
+
+def optimal_k_table(summary_df: pd.DataFrame, params: pd.DataFrame, k_max: int = 16,
+                    by: Sequence[str] = FIT_GROUP) -> pd.DataFrame:
+    """The fitted costs of each group and the K the model calls optimal at its median alpha.
+
+    ``summary_df``: measured cells (:func:`metrics.with_speedup` rows); ``params``:
+    :attr:`FitResult.params` of a fit grouped by ``by``. Adds ``median_alpha`` (median
+    per-token alpha of the group's speculative cells, an estimate from counters) and
+    ``optimal_k`` (:func:`optimal_k` at that alpha and the fitted ``cost_ratio`` and
+    ``verify_intercept``; None where either is missing; 0 = no K beats plain decoding).
+    """
+    by = list(by)
+    cells = add_alpha(summary_df)
+    cells = cells[cells["method"] != BASELINE]
+    alphas = (cells.groupby(by, dropna=False)["alpha_per_token"].median()
+              .rename("median_alpha").reset_index())
+    table = params.merge(alphas, on=by, how="left")
+    table["optimal_k"] = [
+        optimal_k(a, c, k_max=k_max, verify_intercept=v) if pd.notna(a) and pd.notna(c) else None
+        for a, c, v in zip(table["median_alpha"], table["cost_ratio"], table["verify_intercept"])]
+    return table
+
+
+def prediction_grid(cost_ratios: Sequence[float], alpha: float, k_max: int = 16,
+                    verify_intercept: float = 1.0) -> pd.DataFrame:
+    """For each draft cost c: the break-even alpha, and the best K and its speedup at ``alpha``.
+
+    Columns ``cost_ratio``, ``break_even_alpha`` (:func:`break_even_alpha`), ``best_k``
+    (:func:`optimal_k`, 0 = do not speculate) and ``predicted_speedup`` (at ``best_k``;
+    1.0, plain decoding, where ``best_k`` is 0). Every value is a model prediction.
+    """
+    rows = []
+    for c in cost_ratios:
+        k = optimal_k(alpha, c, k_max=k_max, verify_intercept=verify_intercept)
+        rows.append({"cost_ratio": float(c),
+                     "break_even_alpha": break_even_alpha(c, k_max=k_max,
+                                                          verify_intercept=verify_intercept),
+                     "best_k": k,
+                     "predicted_speedup": float(walltime_speedup(alpha, k, c, verify_intercept))
+                     if k else 1.0})
+    return pd.DataFrame(rows, columns=["cost_ratio", "break_even_alpha", "best_k",
+                                       "predicted_speedup"])
+
+
+def decode_bound_steps_per_s(bandwidth_gb_s: float, weight_bytes: float) -> float:
+    """The memory-bandwidth roofline of plain decoding: a step reads every weight once, so
+    at most ``bandwidth / weight bytes`` steps per second (tokens per second of one request
+    decoded alone). ``bandwidth_gb_s`` in GB/s (10^9 bytes). A bound, not a measurement."""
+    if bandwidth_gb_s <= 0 or weight_bytes <= 0:
+        raise ValueError("bandwidth_gb_s and weight_bytes must be positive")
+    return float(bandwidth_gb_s) * 1e9 / float(weight_bytes)

@@ -8,7 +8,8 @@ checks what needs vLLM's own knowledge, each failure a :class:`ValidationError` 
 - a ``speculative`` key the installed vLLM's ``SpeculativeConfig`` does not have (or one
   vLLM fills in itself and silently overwrites, or rejects, like ``tensor_parallel_size``),
   and a ``method`` it does not know. Where vLLM is not importable, the key list recorded by
-  :mod:`specdec.claims` (``data/claims/api_checks-*.parquet``) is used and the message says so;
+  the API checks (:mod:`specdec.claims.checkio`, ``data/claims/api_checks-*.parquet``) is
+  used and the message says so;
 - a draft whose ``vocab_size`` (config.json) differs from the target's, which vLLM refuses
   (``SpeculativeConfig.verify_equal_vocab_size_if_draft_model``) unless the method sets
   ``use_heterogeneous_vocab`` on a vLLM that has it;
@@ -29,7 +30,9 @@ import difflib
 import json
 from pathlib import Path
 
-from . import paths
+from . import paths, provenance
+from .claims.checkio import recorded_spec_config
+from .claims.registry import literal_values
 from .profiles import BASELINE, Profile
 
 #: Fields vLLM sets itself after construction: a user value is overwritten without a word.
@@ -64,32 +67,24 @@ def _installed_schema() -> SpecSchema | None:
         from vllm.config import SpeculativeConfig
     except Exception:  # noqa: BLE001 - vLLM absent or broken: fall back to the record
         return None
-    from . import claims, provenance
-
     prov = provenance.collect()
     return SpecSchema(frozenset(f.name for f in dataclasses.fields(SpeculativeConfig)),
-                      frozenset(claims.literal_values(SpeculativeConfig, "method")),
+                      frozenset(literal_values(SpeculativeConfig, "method")),
                       f"installed {prov['vllm_package']} {prov['vllm_version']}")
 
 
 def _recorded_schema(profile: Profile, claims_dir: Path | None = None) -> SpecSchema | None:
     """The key list recorded for the profile's pinned vLLM (else any recorded one)."""
-    from . import claims
-
     try:
-        df = claims.load_checks(claims_dir)
+        recorded = recorded_spec_config(profile.engine.package, profile.engine.version,
+                                        claims_dir)
     except Exception:  # noqa: BLE001 - no pandas/pyarrow or unreadable record
         return None
-    df = df[df["check_id"] == "speculative_config_fields"]
-    if df.empty:
+    if recorded is None:
         return None
-    pinned = df[(df["vllm_package"] == profile.engine.package)
-                & (df["vllm_version"] == profile.engine.version)]
-    row = (pinned if not pinned.empty else df).iloc[-1]
-    observed = json.loads(row["observed"])
+    version, observed = recorded
     return SpecSchema(frozenset(observed["fields"]), frozenset(observed.get("methods", ())),
-                      f"recorded list for {row['vllm_package']} {row['vllm_version']} "
-                      f"(vLLM is not importable here)")
+                      f"recorded list for {version} (vLLM is not importable here)")
 
 
 def spec_schema(profile: Profile, claims_dir: Path | None = None) -> SpecSchema | None:
@@ -152,6 +147,10 @@ def _check_experiment_k(profile: Profile) -> None:
                                       f"K must be a positive integer, got {k}")
         for name in e.methods:
             m = profile.method(name)
+            if m.speculative and "num_speculative_tokens_per_batch_size" in m.speculative:
+                idx = [x.name for x in profile.methods].index(name)
+                _check_k_schedule(m.speculative["num_speculative_tokens_per_batch_size"],
+                                  e.num_speculative_tokens, f"methods[{idx}]", i)
             if not m.speculative or m.speculative.get("method") != "medusa" or not m.draft:
                 continue
             cfg = _local_config(profile, m.draft)
@@ -162,6 +161,37 @@ def _check_experiment_k(profile: Profile) -> None:
                     f"K={bad[0]} for Medusa method {name!r}, whose draft has {heads} heads: "
                     f"vLLM's Medusa proposer emits one token per head, so K must equal the "
                     f"number of heads (vllm/v1/spec_decode/medusa.py)"))
+
+
+def _check_k_schedule(schedule, ks, where: str, experiment: int) -> None:
+    """vLLM's dynamic K (``num_speculative_tokens_per_batch_size``): inclusive batch ranges
+    ``[first, last, K]``, sorted, not overlapping, the first starting at batch 1
+    (vllm/v1/spec_decode/dynamic/utils.py). vLLM clamps every K to
+    ``num_speculative_tokens`` without a word, so the grid's K must be the schedule's largest."""
+    field = f"{where}.speculative.num_speculative_tokens_per_batch_size"
+    ok = isinstance(schedule, (list, tuple)) and len(schedule) > 0 and all(
+        isinstance(r, (list, tuple)) and len(r) == 3
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in r) for r in schedule)
+    if not ok:
+        raise ValidationError(field, "must be a non-empty list of [first_batch, last_batch, K] "
+                                     "integer triples")
+    previous_last = 0
+    for first, last, k in sorted(schedule):
+        if first <= 0 or last < first or k < 0:
+            raise ValidationError(field, f"[{first}, {last}, {k}]: batch ranges are positive "
+                                         f"and inclusive (first <= last), K >= 0")
+        if first <= previous_last:
+            raise ValidationError(field, f"[{first}, {last}, {k}] overlaps the range before it")
+        previous_last = last
+    if min(r[0] for r in schedule) != 1:
+        raise ValidationError(field, "the first range must start at batch 1 (vLLM refuses "
+                                     "a schedule that leaves small batches undefined)")
+    top = max(r[2] for r in schedule)
+    bad = [k for k in ks if k != top]
+    if bad:
+        raise ValidationError(f"experiments[{experiment}].num_speculative_tokens", (
+            f"K={bad[0]} for a method with a dynamic-K schedule whose largest K is {top}: "
+            f"vLLM caps the schedule at num_speculative_tokens, so the grid's K must be {top}"))
 
 
 def _local_config(profile: Profile, name: str) -> Path | None:
@@ -307,28 +337,15 @@ def check(profile: Profile | str) -> list[str]:
     return preflight_report(prof)
 
 
-def _describe(notes: list[str]) -> str:
-    return "\n".join(f"  - {n}" for n in notes)
+def preflight_message(profile: Profile) -> str:
+    """What pre-flight says about ``profile``: the ValidationError / ProfileError text, or
+    "accepted" (the failure-cases chapter shows it for settings the article recommends)."""
+    try:
+        preflight(profile)
+    except ValueError as e:
+        return f"{type(e).__name__}: {e}"
+    return "accepted"
 
 
-def main(argv: list[str] | None = None) -> int:
-    import sys
-
-    names = argv if argv is not None else sys.argv[1:]
-    status = 0
-    for name in names:
-        try:
-            notes = check(name)
-        except ValueError as e:  # ProfileError or ValidationError
-            print(f"{name}: REJECTED: {e}")
-            status = 1
-            continue
-        print(f"{name}: ok\n{_describe(notes)}")
-    return status
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
-__all__ = ["ValidationError", "preflight", "preflight_report", "spec_schema", "check"]
+__all__ = ["ValidationError", "preflight", "preflight_report", "preflight_message",
+           "spec_schema", "check"]

@@ -155,7 +155,13 @@ def _facts(worker) -> dict:
     runner = w.model_runner
     out = {"model_runner": f"{type(runner).__module__}.{type(runner).__qualname__}",
            "model_weight_bytes": None, "draft_weight_bytes": None,
-           "kv_cache_tokens": None, "kv_cache_tensor_bytes": None}
+           "kv_cache_tokens": None, "kv_cache_tensor_bytes": None, "cudagraph_mode": None}
+    # The mode vLLM settled on, not the one asked for: dynamic K on the V1 runner turns
+    # full CUDA graphs off (VllmConfig._maybe_override_dynamic_sd_cudagraph_mode).
+    compilation = getattr(getattr(w, "vllm_config", None), "compilation_config", None)
+    mode = getattr(compilation, "cudagraph_mode", None)
+    if mode is not None:
+        out["cudagraph_mode"] = getattr(mode, "name", str(mode))
     target = runner.get_model() if hasattr(runner, "get_model") else None
     shared: set[int] = set()
     if target is not None:
@@ -191,7 +197,7 @@ def engine_facts(llm) -> dict:
     except Exception as e:  # facts are a bonus; never lose the measurement over them
         emit("engine_facts_failed", error=repr(e)[-500:])
         return {"model_runner": None, "model_weight_bytes": None, "draft_weight_bytes": None,
-                "kv_cache_tokens": None, "kv_cache_tensor_bytes": None}
+                "kv_cache_tokens": None, "kv_cache_tensor_bytes": None, "cudagraph_mode": None}
 
 
 def kv_cache_bytes(llm) -> int | None:

@@ -1,0 +1,286 @@
+"""Chapter helpers: the tables and sentences of one chapter, computed from rows and data.
+
+A notebook is a chapter: parameters, one call here (or into :mod:`metrics`, :mod:`theory`,
+:mod:`findings`) per experiment, figures, glue. What used to be code in a notebook lives
+here, tested (``tests/test_chapters.py``): the article's K table and what its numbers imply
+(``k_sweep``), the measured best K and the model's optimal K beside it (``k_sweep``), the
+memory-bandwidth roofline and the memory table (``batch_scaling``), the vocabulary check and
+the drafts' sizes (``draft_selection``), the prediction grid over draft costs and the measured
+break-even acceptance on the H200 (``conclusions``).
+
+Facts come from data, never from this code: bandwidth from a profile's ``hardware``
+(``memory_bandwidth_gb_s``), model sizes and vocabularies from ``data/model_configs``
+(:mod:`specdec.model_configs`), the article's numbers from the claims ledger.
+
+Column names with spaces are the page's labels; everything else is snake_case.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import pandas as pd
+
+from . import book, findings, metrics, model_configs, store, surface, theory
+from .profiles import ProfileError, load_profile
+
+
+# --------------------------------------------------------------------------- #
+# k_sweep
+# --------------------------------------------------------------------------- #
+def article_k_table(claimed: pd.DataFrame) -> pd.DataFrame:
+    """The article's K table (``claimed``: :func:`book.article_claims` rows of C11-C13) with
+    what its own numbers imply under the model (:func:`theory.article_implied`)."""
+    implied = theory.article_implied(claimed["k"], claimed["acceptance"], claimed["speedup"])
+    return pd.DataFrame({
+        "claim": claimed["claim"].to_numpy(),
+        "K": claimed["k"].to_numpy(),
+        "acceptance (article says)": claimed["acceptance"].to_numpy(),
+        "effective tokens/step (article says)": claimed["tokens_per_step"].to_numpy(),
+        "speedup (article says)": claimed["speedup"].to_numpy(),
+        "K × acceptance": implied["k_times_acceptance"].to_numpy(),
+        "tokens/step implied (1 + K × acceptance)": implied["implied_tokens_per_step"].to_numpy(),
+        "per-token α implied": implied["implied_alpha"].to_numpy(),
+        "draft cost c implied": implied["implied_cost_ratio"].to_numpy(),
+    })
+
+
+def article_k_falls(table: pd.DataFrame) -> str:
+    """Where the article's speedup falls from one K to the next while its accepted tokens per
+    step rise (``table``: :func:`article_k_table`)."""
+    k, s, t = (table[c].tolist() for c in ("K", "speedup (article says)", "K × acceptance"))
+    falls = [f"K = {int(k[i])} to K = {int(k[i + 1])}" for i in range(len(k) - 1)
+             if s[i + 1] < s[i] and t[i + 1] > t[i]]
+    return " and ".join(falls) or "one K to the next (it never does)"
+
+
+def article_k_rule(rule: Mapping) -> str:
+    """The article's K rule (C14's ledger fields ``k_fast``, ``bandwidth_gb_s``, ``k``) in words."""
+    return (f"K = {int(rule['k_fast'])} when memory bandwidth exceeds "
+            f"{int(rule['bandwidth_gb_s'])} GB/s, else {int(rule['k'])}")
+
+
+#: The measured best-K table's columns, renamed for the page.
+BEST_K_COLUMNS = {"profile": "profile", "method": "method", "workload": "workload",
+                  "batch_size": "batch_size", "num_speculative_tokens": "best K",
+                  "speedup": "speedup", "speedup_ci_low": "speedup_ci_low",
+                  "speedup_ci_high": "speedup_ci_high", "acceptance_rate": "acceptance_rate",
+                  "mean_acceptance_length": "mean_acceptance_length", "unstable": "unstable"}
+
+
+def best_k_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The measured best K per campaign, method, workload and batch size
+    (:func:`metrics.best_k_cells`), K in a column ``best K``."""
+    best = metrics.best_k_cells(summary)
+    return best[list(BEST_K_COLUMNS)].rename(columns=BEST_K_COLUMNS).reset_index(drop=True)
+
+
+def best_k_summary(best_k: pd.DataFrame) -> str:
+    """The fastest configuration of :func:`best_k_table` with its interval, in words."""
+    if best_k.empty:
+        return book.NOT_MEASURED
+    top = best_k.sort_values("speedup", ascending=False).iloc[0]
+    return (f"{top['method']} on `{top['profile']}` at K = {int(top['best K'])}: "
+            f"{book.fmt(top['speedup'], '.2f', '×')} "
+            f"(interval {book.fmt(top['speedup_ci_low'], '.2f')}–"
+            f"{book.fmt(top['speedup_ci_high'], '.2f')})")
+
+
+def optimal_k_table(summary: pd.DataFrame, fit: theory.FitResult, best_k: pd.DataFrame | None,
+                    k_max: int = 16) -> pd.DataFrame:
+    """The fitted costs per group, the model's optimal K at the group's median alpha
+    (:func:`theory.optimal_k_table`) and, where measured, the measured best K beside it."""
+    table = theory.optimal_k_table(summary, fit.params, k_max=k_max)
+    if best_k is not None and len(best_k):
+        measured = best_k[["profile", "method", "batch_size", "best K"]].rename(
+            columns={"best K": "measured_best_k"})
+        table = table.merge(measured, on=["profile", "method", "batch_size"], how="left")
+    return table
+
+
+# --------------------------------------------------------------------------- #
+# batch_scaling
+# --------------------------------------------------------------------------- #
+def article_batch_table(claimed: pd.DataFrame) -> pd.DataFrame:
+    """The article's batch table (``claimed``: :func:`book.article_claims` rows of C18-C20)
+    with the baseline throughput per request its own numbers give."""
+    table = pd.DataFrame({
+        "claim": claimed["claim"].to_numpy(),
+        "batch": claimed["batch"].to_numpy(),
+        "baseline tok/s (article says)": claimed["baseline_tok_s"].to_numpy(),
+        "speculative speedup (article says)": claimed["speedup"].to_numpy(),
+        "memory GB (article says)": claimed["memory_gb"].to_numpy(),
+    })
+    table["baseline tok/s per request (from its numbers)"] = (
+        table["baseline tok/s (article says)"] / table["batch"])
+    return table
+
+
+def bandwidth_gb_s(profile: str) -> float:
+    """The published memory bandwidth of a profile's device (``hardware.memory_bandwidth_gb_s``)."""
+    bw = load_profile(profile).hardware.memory_bandwidth_gb_s
+    if bw is None:
+        raise ProfileError(f"profiles/{profile}.yaml: hardware.memory_bandwidth_gb_s: "
+                           "not given, so no roofline can be drawn for it")
+    return bw
+
+
+def decode_bound(profile: str, weights_config: str, dtype: str | None = None) -> float:
+    """Steps per second a profile's device allows a model of config ``weights_config``
+    (:func:`theory.decode_bound_steps_per_s` on the profile's bandwidth and
+    :func:`model_configs.weight_bytes`). A bound, not a measurement."""
+    return theory.decode_bound_steps_per_s(bandwidth_gb_s(profile),
+                                           model_configs.weight_bytes(weights_config, dtype))
+
+
+def roofline_table(summary: pd.DataFrame, profiles: Sequence[str], weights_config: str,
+                   dtype: str | None = None) -> pd.DataFrame:
+    """Per profile: its published bandwidth, the decode bound for ``weights_config`` and the
+    measured baseline throughput at batch 1 (median over its cells; NaN where not measured)."""
+    rows = []
+    for p in profiles:
+        bound = decode_bound(p, weights_config, dtype)
+        base1 = summary[(summary["profile"] == p) & (summary["method"] == "baseline")
+                        & (summary["batch_size"] == 1)]["tok_s_median"] if len(summary) else []
+        measured = float(pd.Series(base1, dtype=float).median()) if len(base1) else float("nan")
+        rows.append({"campaign": p, "bandwidth GB/s (published)": bandwidth_gb_s(p),
+                     "bound tok/s at batch 1 (computed)": bound,
+                     "baseline tok/s at batch 1 (measured)": measured,
+                     "share of bound": measured / bound})
+    return pd.DataFrame(rows, columns=["campaign", "bandwidth GB/s (published)",
+                                       "bound tok/s at batch 1 (computed)",
+                                       "baseline tok/s at batch 1 (measured)", "share of bound"])
+
+
+def roofline_sentence(roof: pd.DataFrame) -> str:
+    """The first measured profile's baseline at batch 1 as a share of its bound."""
+    measured = roof.dropna(subset=["share of bound"]) if len(roof) else roof
+    if measured.empty:
+        return "not measured yet"
+    first = measured.iloc[0]
+    return f"{100 * first['share of bound']:.0f} % of the bound on `{first['campaign']}`"
+
+
+def memory_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Peak memory and KV cache per cell, in GiB, ordered by campaign, method and batch."""
+    mem = summary.sort_values(["profile", "method", "batch_size"])
+    return pd.DataFrame({"campaign": mem["profile"], "method": mem["method"],
+                         "K": mem["num_speculative_tokens"], "batch": mem["batch_size"],
+                         "peak memory GiB": mem["peak_memory_bytes"] / 2**30,
+                         "KV cache GiB": mem["kv_cache_bytes"] / 2**30})
+
+
+def crossover_sentence(summary: pd.DataFrame) -> tuple[str, list[str]]:
+    """(the sentence to glue, its clauses) for where speculation stops paying
+    (:func:`metrics.crossover_batch`, :func:`findings.crossover_sentences`)."""
+    parts = findings.crossover_sentences(metrics.crossover_batch(summary))
+    return ("; ".join(parts) if parts else findings.NO_CROSSOVER), parts
+
+
+# --------------------------------------------------------------------------- #
+# draft_selection
+# --------------------------------------------------------------------------- #
+def vocabulary_table(drafts: Mapping[str, str], target_config: str) -> pd.DataFrame:
+    """Whether each draft shares the target's vocabulary, read from the published configs.
+
+    ``drafts``: display name -> ``data/model_configs`` folder; ``target_config``: the
+    target's folder. vLLM refuses a draft whose vocabulary size differs from the target's.
+    """
+    target = model_configs.vocab_size(target_config)
+    sizes = [model_configs.vocab_size(c) for c in drafts.values()]
+    return pd.DataFrame({"draft": list(drafts), "draft vocab_size": sizes,
+                         "target vocab_size": target,
+                         "usable as a draft": [s == target for s in sizes]})
+
+
+def usable_drafts(vocab: pd.DataFrame) -> str:
+    """How many drafts of :func:`vocabulary_table` are usable, in words ("None", "1 of 3")."""
+    n = int(vocab["usable as a draft"].sum())
+    return "None" if n == 0 else f"{n} of {len(vocab)}"
+
+
+def draft_params(profile: str, method: str) -> str | None:
+    """The stated size (``params``) of a method's draft model; None for a method without a
+    draft or a profile not in this checkout."""
+    try:
+        prof = load_profile(profile)
+        m = prof.method(method)
+    except (ProfileError, KeyError):
+        return None
+    return prof.model(m.draft).params if m.draft else None
+
+
+def acceptance_range(cells: pd.DataFrame) -> str:
+    """From the lowest to the highest measured acceptance among speculative ``cells``, each
+    with its method, campaign and speedup."""
+    cells = cells.dropna(subset=["acceptance_rate"]) if len(cells) else cells
+    if cells.empty:
+        return book.NOT_MEASURED
+
+    def one(r) -> str:
+        return (f"{book.fmt(100 * r['acceptance_rate'], '.1f', ' %')} ({r['method']} on "
+                f"`{r['profile']}`, speedup {book.fmt(r['speedup'], '.2f', '×')})")
+
+    hi = cells.loc[cells["acceptance_rate"].idxmax()]
+    lo = cells.loc[cells["acceptance_rate"].idxmin()]
+    return f"from {one(lo)} to {one(hi)}"
+
+
+def what_if_draft(params: pd.DataFrame, candidates: Mapping[str, str]) -> tuple[str, str, float] | None:
+    """(profile, method, fitted cost ratio) of the first ``candidates`` entry (profile ->
+    draft method) whose cost :func:`theory.fit` could fit (``params``); None if none."""
+    for profile, method in candidates.items():
+        row = params[(params["profile"] == profile) & (params["method"] == method)]
+        if len(row) and pd.notna(row["cost_ratio"].iloc[0]):
+            return profile, method, float(row["cost_ratio"].iloc[0])
+    return None
+
+
+# --------------------------------------------------------------------------- #
+# conclusions
+# --------------------------------------------------------------------------- #
+def best_per_method(summary: pd.DataFrame) -> pd.DataFrame:
+    """The fastest greedy speculative cell of each campaign, method and workload, ordered by
+    campaign, workload and speedup (fastest first)."""
+    spec = summary[(summary["method"] != "baseline") & summary["speedup"].notna()
+                   & (summary["temperature"] == 0)]
+    best = metrics.best_k_cells(spec, by=["profile", "method", "workload"])
+    return best.sort_values(["profile", "workload", "speedup"], ascending=[True, True, False])
+
+
+def prediction_grid_table(cost_ratios: Sequence[float], alpha: float,
+                          k_max: int = 16) -> pd.DataFrame:
+    """:func:`theory.prediction_grid` with the page's labels (``alpha`` named in them)."""
+    grid = theory.prediction_grid(cost_ratios, alpha, k_max=k_max)
+    return grid.rename(columns={
+        "cost_ratio": "draft cost c (target steps)",
+        "break_even_alpha": "break-even acceptance α (prediction)",
+        "best_k": f"best K at α = {alpha:g} (prediction)",
+        "predicted_speedup": f"speedup at α = {alpha:g}, best K (prediction)"})
+
+
+def measured_break_even(profile: str = "h200-surface", k: int = 4,
+                        results_root: Path | str | None = None) -> tuple[str, pd.DataFrame]:
+    """The set acceptance at which each method starts to pay at ``k``, read off a stored
+    speedup surface (:func:`surface.break_even`): (a sentence, a method x batch table).
+
+    The sentence orders the methods from the least demanding to the most; the table is
+    empty where the profile has no rows.
+    """
+    runs = store.load_runs(profile, root=Path(results_root) if results_root else None)
+    if runs.empty:
+        return f"No rows of `{profile}` are stored yet.", pd.DataFrame()
+    rows = metrics.with_speedup(metrics.summarize(runs))
+    table = surface.table(rows)
+    be = surface.break_even(table[table["num_speculative_tokens"].isin([0, k])])
+    if be.empty:
+        return f"No rows of `{profile}` at K = {k} give a break-even acceptance yet.", \
+            pd.DataFrame()
+    by_method = be.groupby("method")["break_even_alpha"].agg(["min", "max"]).sort_values("min")
+    sentence = ("From the least demanding method to the most: "
+                + "; ".join(f"{m} α ≈ {r['min']:.2f} to {r['max']:.2f}"
+                            for m, r in by_method.iterrows())
+                + " (over the batch sizes measured; measured cost at a set acceptance).")
+    pivot = be.pivot_table(index="method", columns="batch_size", values="break_even_alpha")
+    pivot.columns = [f"batch {int(b)}" for b in pivot.columns]
+    return sentence, pivot

@@ -1,0 +1,88 @@
+"""Expected device time of a profile's experiments, from a measured campaign's recorded times.
+
+A lease's device time is engine starts (one per (method, K, set/natural acceptance): loading
+weights, compiling, capturing graphs) plus the cells each engine measures. Both are recorded:
+``engine_start_s`` on every row, and each cell's rows carry the time they were written
+(``timestamp_utc``), so the gap between consecutive cells of one engine is what a cell costs
+(warm-up, timed repeats, writing). :func:`costs` reads them from a measured campaign;
+:func:`estimate` prices another profile's experiments with them (per method where the
+reference measured that method, else the reference's median).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+
+from . import paths, profiles, store
+
+COLUMNS = ["experiment", "cells", "engines", "engine_start_s", "cells_s", "device_s",
+           "device_minutes"]
+
+
+def costs(reference: str, root=None) -> dict:
+    """Recorded costs of ``reference``'s ok rows: ``engine_start_s`` (median per method),
+    ``cell_s`` (median seconds between consecutive cells of one engine, per batch size)
+    and the medians over everything (``engine_start_all``, ``cell_all``)."""
+    runs = store.load_runs(reference, root, only_ok=True)
+    if runs.empty:
+        raise ValueError(f"{reference}: no measured rows to take device times from")
+    cells = runs.groupby("cell_id").agg(
+        method=("method", "first"), k=("num_speculative_tokens", "first"),
+        batch=("batch_size", "first"), synthetic=("acceptance_alpha", lambda s: s.notna().any()),
+        commit=("git_commit", "first"), written=("timestamp_utc", "max"),
+        start=("engine_start_s", "first")).reset_index()
+    cells["written"] = pd.to_datetime(cells["written"], utc=True)
+    cells = cells.sort_values("written")
+    engine = ["commit", "method", "k", "synthetic"]
+    cells["gap_s"] = cells.groupby(engine)["written"].diff().dt.total_seconds()
+    starts = cells.groupby(engine)["start"].first().reset_index()
+    return {"reference": reference,
+            "engine_start_s": starts.groupby("method")["start"].median().to_dict(),
+            "engine_start_all": float(starts["start"].median()),
+            "cell_s": cells.dropna(subset=["gap_s"]).groupby("batch")["gap_s"].median().to_dict(),
+            "cell_all": float(cells["gap_s"].median()),
+            "engines_measured": len(starts), "cells_measured": len(cells)}
+
+
+def estimate(profile, reference: str = "h200-surface", experiments: Sequence[str] | None = None,
+             root=None) -> pd.DataFrame:
+    """Expected device time per experiment of ``profile`` (a Profile, name or path), priced
+    with ``reference``'s recorded engine starts and cell times; last row: all of them
+    (a cell or engine shared by experiments counted once)."""
+    prof = profile if isinstance(profile, profiles.Profile) else profiles.load_profile(profile)
+    c = costs(reference, root)
+    names = list(experiments) if experiments else [e.name for e in prof.experiments]
+    rows = []
+    for name in names + [None]:
+        cells = profiles.expand(prof, [name] if name else names)
+        groups = profiles.engine_groups(cells)
+        start = sum(c["engine_start_s"].get(m, c["engine_start_all"]) for m, _, _ in groups)
+        per_cell = sum(c["cell_s"].get(x.batch_size, c["cell_all"]) for x in cells)
+        rows.append({"experiment": name or "(all)", "cells": len(cells), "engines": len(groups),
+                     "engine_start_s": start, "cells_s": per_cell, "device_s": start + per_cell,
+                     "device_minutes": (start + per_cell) / 60})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+#: The profile template for a new GPU (loads with ``specdec run <path> --dry-run``).
+TEMPLATE = paths.PROFILES_DIR / "templates" / "new-gpu.yaml"
+
+
+def table(est: pd.DataFrame) -> pd.DataFrame:
+    """:func:`estimate`'s frame for a page: whole seconds and minutes, readable headers."""
+    out = est.rename(columns={"engine_start_s": "engine starts (s)", "cells_s": "cells (s)",
+                              "device_s": "device time (s)", "device_minutes": "device minutes"})
+    for col in ("engine starts (s)", "cells (s)", "device time (s)"):
+        out[col] = out[col].round(0).astype(int)
+    out["device minutes"] = [f"{m:.1f}" for m in out["device minutes"]]
+    return out
+
+
+def cost_table(c: dict) -> pd.DataFrame:
+    """The recorded costs :func:`estimate` prices with: engine start per method, cell per batch."""
+    rows = [{"what": f"engine start, {m}", "seconds": f"{s:.0f}"}
+            for m, s in sorted(c["engine_start_s"].items())]
+    rows += [{"what": f"one cell at batch {b}", "seconds": f"{s:.0f}"}
+             for b, s in sorted(c["cell_s"].items())]
+    return pd.DataFrame(rows, columns=["what", "seconds"])

@@ -1,0 +1,189 @@
+"""Chapter helpers (specdec.chapters): what the chapters show, computed from rows and data."""
+import math
+
+import pandas as pd
+import pytest
+
+from specdec import book, chapters, metrics, model_configs, surface, store, theory
+from specdec.profiles import ProfileError
+
+
+# -- k_sweep ---------------------------------------------------------------------------- #
+def test_article_k_table_is_the_ledgers_numbers_and_what_they_imply():
+    claimed = book.article_claims(["C11", "C12", "C13"])
+    table = chapters.article_k_table(claimed)
+    assert list(table["claim"]) == ["C11", "C12", "C13"]
+    assert list(table["K"]) == list(claimed["k"])
+    assert list(table["tokens/step implied (1 + K × acceptance)"]) == pytest.approx(
+        list(1 + claimed["k"] * claimed["acceptance"]))
+    for _, r in table.iterrows():  # the implied costs give back the article's speedups
+        assert theory.walltime_speedup(r["per-token α implied"], r["K"], r["draft cost c implied"]) \
+            == pytest.approx(r["speedup (article says)"])
+
+
+def test_article_k_falls_names_where_speedup_falls_while_tokens_rise():
+    t = pd.DataFrame({"K": [3, 5, 8], "speedup (article says)": [2.0, 2.2, 1.9],
+                      "K × acceptance": [1.5, 2.0, 2.4]})
+    assert chapters.article_k_falls(t) == "K = 5 to K = 8"
+    assert chapters.article_k_falls(t.assign(**{"speedup (article says)": [1, 2, 3]})) \
+        == "one K to the next (it never does)"
+
+
+def test_article_k_rule_in_words():
+    rule = {"k_fast": 8, "bandwidth_gb_s": 2000, "k": 5}
+    assert chapters.article_k_rule(rule) == "K = 8 when memory bandwidth exceeds 2000 GB/s, else 5"
+
+
+def _summary():
+    rows = []
+    for k, s in ((1, 1.1), (3, 1.4), (5, 1.2)):
+        e = theory.expected_tokens_per_step(0.7, k)
+        rows.append(dict(profile="p", method="draft", workload="w", batch_size=1,
+                         compilation="default", num_speculative_tokens=k, speedup=s,
+                         speedup_ci_low=s - 0.05, speedup_ci_high=s + 0.05, speedup_status="ok",
+                         acceptance_rate=(e - 1) / k, mean_acceptance_length=e, unstable=False))
+    rows.append(dict(profile="p", method="baseline", workload="w", batch_size=1,
+                     compilation="default", num_speculative_tokens=0, speedup=1.0,
+                     speedup_ci_low=1.0, speedup_ci_high=1.0, speedup_status="baseline",
+                     acceptance_rate=float("nan"), mean_acceptance_length=float("nan"),
+                     unstable=False))
+    return pd.DataFrame(rows)
+
+
+def test_best_k_table_and_the_models_optimal_k_beside_it():
+    summ = _summary()
+    best = chapters.best_k_table(summ)
+    assert best[["method", "best K"]].to_dict("records") == [{"method": "draft", "best K": 3}]
+    fit = theory.fit(summ, summ["num_speculative_tokens"] > 0, model="overhead")
+    table = chapters.optimal_k_table(summ, fit, best, k_max=16)
+    assert table["measured_best_k"].tolist() == [3]
+    assert table["optimal_k"].iloc[0] == theory.optimal_k(
+        0.7, table["cost_ratio"].iloc[0], 16, table["verify_intercept"].iloc[0])
+    assert "measured_best_k" not in chapters.optimal_k_table(summ, fit, best.iloc[:0]).columns
+
+
+# -- batch_scaling ---------------------------------------------------------------------- #
+def test_roofline_reads_bandwidth_from_the_profile_and_bytes_from_the_config():
+    summ = pd.DataFrame({"profile": ["h200-mechanics"], "method": ["baseline"], "batch_size": [1],
+                         "tok_s_median": [150.0]})
+    roof = chapters.roofline_table(summ, ["h200-mechanics", "a100-llama3-8b"], "llama-3-8b")
+    bound = 4800e9 / model_configs.weight_bytes("llama-3-8b")
+    h200, a100 = roof.to_dict("records")
+    assert h200["bandwidth GB/s (published)"] == 4800
+    assert h200["bound tok/s at batch 1 (computed)"] == pytest.approx(bound)
+    assert h200["share of bound"] == pytest.approx(150.0 / bound)
+    assert a100["bandwidth GB/s (published)"] == 2039 and math.isnan(a100["share of bound"])
+    assert chapters.roofline_sentence(roof) == f"{100 * 150 / bound:.0f} % of the bound on `h200-mechanics`"
+    assert chapters.roofline_sentence(roof.iloc[1:]) == "not measured yet"
+
+
+def test_roofline_refuses_a_profile_without_bandwidth():
+    with pytest.raises(ProfileError, match=r"cpu-smollm2\.yaml: hardware\.memory_bandwidth_gb_s"):
+        chapters.decode_bound("cpu-smollm2", "llama-3-8b")
+
+
+def test_memory_table_in_gib():
+    summ = pd.DataFrame({"profile": "p", "method": ["b", "a"], "num_speculative_tokens": [0, 2],
+                         "batch_size": [1, 1], "peak_memory_bytes": [2**31, 2**30],
+                         "kv_cache_bytes": [2**29, None]})
+    mem = chapters.memory_table(summ)
+    assert mem["method"].tolist() == ["a", "b"]
+    assert mem["peak memory GiB"].tolist() == [1.0, 2.0]
+
+
+def test_crossover_sentence_without_a_sweep():
+    summ = _summary()
+    summ["temperature"], summ["acceptance_alpha"] = 0.0, None
+    sentence, clauses = chapters.crossover_sentence(summ)
+    assert clauses == ["draft (K = 1) on `p` pays at every measured batch, up to 1",
+                       "draft (K = 3) on `p` pays at every measured batch, up to 1",
+                       "draft (K = 5) on `p` pays at every measured batch, up to 1"]
+    assert sentence == "; ".join(clauses)
+    sentence, clauses = chapters.crossover_sentence(summ[summ["method"] == "baseline"])
+    assert clauses == [] and sentence.startswith("no campaign has a complete batch sweep")
+
+
+# -- draft_selection -------------------------------------------------------------------- #
+def test_vocabulary_table_marks_the_articles_drafts_unusable():
+    vocab = chapters.vocabulary_table({"TinyLlama-1.1B": "tinyllama-1.1b", "Phi-2": "phi-2",
+                                       "Llama-3.2-1B": "llama-3.2-1b"}, "llama-3-8b")
+    assert vocab["usable as a draft"].tolist() == [False, False, True]
+    assert vocab["draft vocab_size"].tolist() == [32000, 51200, 128256]
+    assert set(vocab["target vocab_size"]) == {128256}
+    assert chapters.usable_drafts(vocab) == "1 of 3"
+    assert chapters.usable_drafts(vocab.iloc[:2]) == "None"
+
+
+def test_draft_params_from_the_profile():
+    from specdec.profiles import load_profile
+
+    prof = load_profile("cpu-smollm2")
+    m = prof.method("draft-trunc-16")
+    assert chapters.draft_params("cpu-smollm2", "draft-trunc-16") == prof.model(m.draft).params
+    assert chapters.draft_params("cpu-smollm2", "baseline") is None
+    assert chapters.draft_params("cpu-smollm2", "no-such-method") is None
+    assert chapters.draft_params("no-such-profile", "draft-trunc-16") is None
+
+
+# -- conclusions ------------------------------------------------------------------------ #
+def test_prediction_grid_table_names_its_alpha():
+    grid = chapters.prediction_grid_table([0.0, 1.0], alpha=0.6, k_max=4)
+    assert list(grid.columns) == ["draft cost c (target steps)", "break-even acceptance α (prediction)",
+                                  "best K at α = 0.6 (prediction)",
+                                  "speedup at α = 0.6, best K (prediction)"]
+    assert grid.iloc[1, 2] == 0 and grid.iloc[1, 3] == 1.0
+
+
+def test_measured_break_even_on_the_stored_surface():
+    sentence, table = chapters.measured_break_even("h200-surface", 4)
+    rows = metrics.with_speedup(metrics.summarize(store.load_runs("h200-surface")))
+    t = surface.table(rows)
+    be = surface.break_even(t[t["num_speculative_tokens"].isin([0, 4])])
+    assert sorted(table.index) == sorted(be["method"].unique())
+    easiest = be.groupby("method")["break_even_alpha"].min().idxmin()
+    assert sentence.startswith(f"From the least demanding method to the most: {easiest} α ≈ ")
+
+
+def test_measured_break_even_without_rows(tmp_path):
+    sentence, table = chapters.measured_break_even("h200-surface", 4, results_root=tmp_path)
+    assert sentence == "No rows of `h200-surface` are stored yet." and table.empty
+
+
+def test_best_k_summary_names_the_fastest_configuration():
+    best = chapters.best_k_table(_summary())
+    assert chapters.best_k_summary(best) == "draft on `p` at K = 3: 1.40× (interval 1.35–1.45)"
+    assert chapters.best_k_summary(best.iloc[:0]) == book.NOT_MEASURED
+
+
+def test_article_batch_table_divides_by_the_batch():
+    claimed = book.article_claims(["C18", "C19", "C20"])
+    table = chapters.article_batch_table(claimed)
+    assert list(table["claim"]) == ["C18", "C19", "C20"]
+    assert list(table["baseline tok/s per request (from its numbers)"]) == pytest.approx(
+        list(claimed["baseline_tok_s"] / claimed["batch"]))
+
+
+def test_acceptance_range_from_lowest_to_highest():
+    cells = _summary()
+    cells = cells[cells["method"] != "baseline"]
+    text = chapters.acceptance_range(cells)
+    lo, hi = cells["acceptance_rate"].min(), cells["acceptance_rate"].max()
+    assert text == (f"from {100 * lo:.1f} % (draft on `p`, speedup 1.20×) to "
+                    f"{100 * hi:.1f} % (draft on `p`, speedup 1.10×)")
+    assert chapters.acceptance_range(cells.iloc[:0]) == book.NOT_MEASURED
+
+
+def test_what_if_draft_takes_the_first_candidate_with_a_fitted_cost():
+    params = pd.DataFrame({"profile": ["a", "b"], "method": ["d1", "d2"],
+                           "cost_ratio": [float("nan"), 0.25]})
+    assert chapters.what_if_draft(params, {"a": "d1", "b": "d2"}) == ("b", "d2", 0.25)
+    assert chapters.what_if_draft(params, {"a": "d1"}) is None
+
+
+def test_best_per_method_keeps_the_fastest_greedy_cell():
+    summ = _summary()
+    summ["temperature"] = 0.0
+    hot = summ.iloc[[0]].assign(temperature=1.0, speedup=9.0)
+    best = chapters.best_per_method(pd.concat([summ, hot], ignore_index=True))
+    assert best[["method", "num_speculative_tokens", "speedup"]].to_dict("records") == [
+        {"method": "draft", "num_speculative_tokens": 3, "speedup": 1.4}]
