@@ -180,6 +180,16 @@ def test_real_training_lowers_the_loss(tmp_path):
         assert last["loss"] < 0.8 * first["loss"], (name, first, last)
 
 
+def test_train_status_lists_every_recipe(monkeypatch, tmp_path, capsys):
+    from specdec import cli
+
+    monkeypatch.setenv("SPECDEC_TRAINED_DIR", str(tmp_path / "a"))
+    monkeypatch.setenv("SPECDEC_TRAINED_RECORDS", str(tmp_path / "r"))
+    assert cli.main(["train", "status"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{n}" in out for n in RECIPES) and "not trained" in out
+
+
 def test_profile_loads_and_refuses_missing_artifacts(monkeypatch, tmp_path):
     prof = profiles.load_profile("cpu-trained")
     methods = {m.name for m in prof.methods}

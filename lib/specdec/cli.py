@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from . import book, bundle, envspec, paths, peer, regenerate, runner, validate
+from .training import cli as training_cli
 from .claims import checkio, checks, ledger
 from .profiles import ProfileError
 
@@ -162,8 +163,6 @@ def build_parser() -> argparse.ArgumentParser:
     bundle.register(sub)  # bundle, unpack, merge
     peer.register(sub)  # peer
     regenerate.register(sub)  # regenerate: stale-only reruns, run reports, cached chapters
-    from .training import cli as training_cli
-
     training_cli.register(sub)  # train: carry, unpack, status, tiny (issue 10)
 
     e = sub.add_parser("env", help="dependency pins (pyproject.toml is their one source) "
