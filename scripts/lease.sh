@@ -7,6 +7,12 @@
 #                                                 order until SECONDS have passed; results,
 #                                                 log and the lease record go to $OUT
 #   scripts/lease.sh cache                        vLLM's compile cache to $OUT, in 15 MB parts
+#   scripts/lease.sh train receive                copy the carried .train-carry/ files to /tmp/t
+#   scripts/lease.sh train data                   target from the carried GGUF, its greedy
+#                                                 continuations of the prompts (vLLM)
+#   scripts/lease.sh train fit SECONDS            train every artifact within SECONDS, pack,
+#                                                 first 4 parts + index + logs to $OUT
+#   scripts/lease.sh train out N                  parts 4N..4N+3 (+ index) to $OUT
 #
 # An EXPERIMENT written peer:NAME runs vLLM's own `bench latency` on NAME's cells (specdec.peer).
 # COMMIT is the committed, clean commit of the working tree that travelled (a copy has no
@@ -74,6 +80,39 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
 cache)
   tar czf - -C ~/.cache vllm | split -b 15000000 -d - "$OUT/vllm-cache.tgz."
   cp /tmp/lease.log "$OUT/" 2>/dev/null
+  ls -la "$OUT"
+  ;;
+train)
+  # Issue 10: data and training of the heads and drafts (book/reproduce.md, "Training heads
+  # and drafts on a lease"); lib/specdec/training/device.py does the work.
+  sub=${1:?train step: receive, data, fit or out}; shift
+  if [ "$sub" = receive ]; then
+    mkdir -p /tmp/t && cp -v .train-carry/* /tmp/t/ 2>/dev/null; ls -la /tmp/t
+    echo "train-receive $(stamp)" >> /tmp/lease.log; exit 0
+  fi
+  t0=$(date +%s)
+  if [ ! -s /tmp/env.sh ]; then  # as in measure: the bundle unpacks with the standard library alone
+    PYTHONPATH=lib python3 -c 'from specdec import bundle
+print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))' > /tmp/env.sh \
+      || { echo "unpack failed"; rm -f /tmp/env.sh; exit 1; }
+    echo "unpacked in $(( $(date +%s) - t0 ))s"
+  fi
+  . /tmp/env.sh
+  if [ ! -d /tmp/t/site ] && ls /tmp/t/gguf-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/t/site /tmp/t/gguf-*.whl
+  fi
+  export PYTHONPATH=$PWD/lib:/tmp/t/site:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+  echo "train-$sub-start $(stamp) $*" >> /tmp/lease.log
+  case "$sub" in
+    data) python3 -m specdec.training.device data --carry /tmp/t --work /tmp/train 2>&1 \
+            | grep --line-buffered -v "it/s\]$" | tee -a /tmp/train.log ;;
+    fit)  python3 -m specdec.training.device fit --work /tmp/train --out "$OUT" --seconds "${1:-420}" 2>&1 \
+            | tee -a /tmp/train.log ;;
+    out)  python3 -m specdec.training.device out "${1:?N}" --work /tmp/train --out "$OUT" ;;
+    *) echo "unknown train step $sub"; exit 2 ;;
+  esac
+  echo "train-$sub-end $(stamp)" >> /tmp/lease.log
+  cp /tmp/train.log /tmp/lease.log "$OUT/" 2>/dev/null
   ls -la "$OUT"
   ;;
 *) echo "unknown step $step"; exit 2 ;;

@@ -9,11 +9,13 @@
     specdec bundle | unpack | merge         air-gapped GPU hosts
     specdec peer list|run|merge PROFILE     vLLM's own `bench latency` on an experiment's cells
     specdec regenerate PROFILE [--dry-run]  rerun only stale cells, report, rebuild changed chapters
+    specdec train carry|unpack|status|tiny  trained heads and drafts (issue 10, specdec.training)
     specdec env extra NAME | environment-yml | check | ensure-chromium
                                             the dependency pins and the test machine
 
 ``run``/``status``, ``bundle``/``unpack``/``merge``, ``peer`` and ``regenerate`` are declared by
-:mod:`specdec.runner`, :mod:`specdec.bundle`, :mod:`specdec.peer` and :mod:`specdec.regenerate` (``register``), which own
+:mod:`specdec.runner`, :mod:`specdec.bundle`, :mod:`specdec.peer`, :mod:`specdec.regenerate` and
+:mod:`specdec.training.cli` (``train``) (``register``), which own
 their options; the others are here.
 On a host without the installed script: ``python -m specdec.cli ...``.
 """
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 from . import book, bundle, envspec, paths, peer, regenerate, runner, validate
+from .training import cli as training_cli
 from .claims import checkio, checks, ledger
 from .profiles import ProfileError
 
@@ -160,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     bundle.register(sub)  # bundle, unpack, merge
     peer.register(sub)  # peer
     regenerate.register(sub)  # regenerate: stale-only reruns, run reports, cached chapters
+    training_cli.register(sub)  # train: carry, unpack, status, tiny (issue 10)
 
     e = sub.add_parser("env", help="dependency pins (pyproject.toml is their one source) "
                                    "and the test machine's browser")

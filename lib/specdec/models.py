@@ -11,6 +11,8 @@ Source kinds (see :class:`specdec.profiles.ModelSource`):
 - ``config``: ``data/model_configs/<config>/`` (config.json, tokenizer if present) for
   ``load_format: dummy`` runs; nothing is converted.
 - ``hf``: a Hugging Face id or local directory, passed to vLLM as is.
+- ``trained``: a head or draft trained by this study (:mod:`specdec.training.artifacts`),
+  its weights checked against the sha256 of its manifest; a clear error if it is missing.
 
 Converted models are cached under ``CACHE_DIR/models/<name>/`` with a ``manifest.json``
 holding the sha256 of the source and of every written file. A cache entry is reused
@@ -211,6 +213,10 @@ def _resolve(profile: Profile, model: Model, seen: tuple[str, ...]) -> Path | st
                   "parent_files": pm["files"] if pm else None}
         return _build_cached(model.name, source,
                              lambda tmp: truncate_layers(parent, src.num_layers, tmp))
+    if src.kind == "trained":
+        from .training import artifacts
+
+        return Path(artifacts.resolve(src.artifact))
     raise ProfileError(f"{where}.kind: unknown kind {src.kind!r}")
 
 

@@ -90,6 +90,9 @@ class ModelSource(_Schema):
         ``data/model_configs/<config>`` only (use with ``load_format: dummy``).
       - ``truncate`` (:class:`TruncateSource`): the layers ``[0, num_layers)`` of another
         model of the profile.
+      - ``trained`` (:class:`TrainedSource`): a head or draft trained by this study
+        (:mod:`specdec.training`), by artifact name; resolved to its files after checking
+        their sha256 against the artifact's committed manifest.
     """
 
     kind: str
@@ -123,8 +126,15 @@ class TruncateSource(ModelSource):
     num_layers: PositiveInt
 
 
-AnyModelSource = Annotated[HFSource | GGUFPackageSource | ConfigSource | TruncateSource,
-                           Field(discriminator="kind")]
+class TrainedSource(ModelSource):
+    kind: Literal["trained"]
+    #: The artifact's name: ``data/trained/<artifact>/manifest.json`` records it, its files
+    #: live in ``.cache/trained/<artifact>/`` (see :mod:`specdec.training.artifacts`).
+    artifact: str
+
+
+AnyModelSource = Annotated[HFSource | GGUFPackageSource | ConfigSource | TruncateSource
+                           | TrainedSource, Field(discriminator="kind")]
 
 #: The source fields of the single class that held every kind before the kinds were split;
 #: config hashes of stored cells were computed over all of them (None where unused).
@@ -141,6 +151,8 @@ class Model(_Schema):
         """The model as :func:`cell_config` hashes it: the source flattened to every kind's
         fields, so that stored cells keep their config hash and file name."""
         source = {k: getattr(self.source, k, None) for k in _FLAT_SOURCE_KEYS}
+        if self.source.kind == "trained":  # a later kind: its own field, old hashes unchanged
+            source["artifact"] = self.source.artifact
         return {"name": self.name, "source": source, "params": self.params}
 
 

@@ -18,6 +18,8 @@ checks what needs vLLM's own knowledge, each failure a :class:`ValidationError` 
   logit_bias sampling parameters are not yet supported with speculative decoding.",
   ``SamplingParams._validate_spec_decode``) — failing early is kinder;
 - K <= 0 in a method's ``speculative`` template or an experiment grid;
+- a trained artifact (``source: {kind: trained}``) that is not installed: the message says
+  how it is made and installed (:mod:`specdec.training.artifacts`);
 - a ``draft_tensor_parallel_size`` other than 1 or the target's tensor-parallel size for a
   draft model or head (vLLM's own rule, ``SpeculativeConfig._verify_and_get_draft_tp``).
 """
@@ -206,6 +208,10 @@ def _local_config(profile: Profile, name: str) -> Path | None:
         if src.config:  # the published config.json, kept in data/model_configs
             return paths.MODEL_CONFIGS_DIR / src.config / "config.json"
         return _hub_cache_config(src.id)
+    if src.kind == "trained":
+        from .training import artifacts
+
+        return artifacts.local_dir(src.artifact) / "config.json"
     if src.kind == "gguf-package":
         try:  # only if the engine helper's cache already holds the converted model
             from . import models
@@ -274,6 +280,18 @@ def _check_vocab(profile: Profile, schema: SpecSchema | None, notes: list[str]) 
                 f"the same vocabulary size\". Use a draft with the target's tokenizer"))
 
 
+def _check_trained(profile: Profile) -> None:
+    """A trained artifact used by an experiment must be installed (else: how to get it)."""
+    from .training import artifacts
+
+    used = {profile.method(m).draft for m in _used_methods(profile)} - {None}
+    for i, d in enumerate(profile.drafts):
+        if d.name in used and d.source.kind == "trained" \
+                and not (artifacts.local_dir(d.source.artifact) / "config.json").is_file():
+            raise ValidationError(f"drafts[{i}].source.artifact",
+                                  artifacts.missing_message(d.source.artifact))
+
+
 def _check_sampling(profile: Profile) -> None:
     speculative = [m for m in _used_methods(profile) if profile.method(m).speculative]
     if not speculative:
@@ -306,6 +324,7 @@ def preflight_report(profile: Profile, claims_dir: Path | None = None) -> list[s
     _check_experiment_k(profile)
     _check_speculative_keys(profile, schema)
     _check_sampling(profile)
+    _check_trained(profile)
     _check_vocab(profile, schema, notes)
     return notes
 

