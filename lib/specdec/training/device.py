@@ -79,32 +79,11 @@ def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int 
 # There: the lease steps
 # --------------------------------------------------------------------------- #
 def _convert(gguf: Path, dest: Path, source: dict) -> None:
-    """:func:`specdec.models.convert_gguf` and its manifest; ``specdec.models`` imports the
-    profile schema (pydantic, yaml), so where those are missing the same steps run inline."""
-    try:
-        from ..models import _write_manifest, convert_gguf
-    except ImportError:  # pragma: no cover - device hosts without pydantic/yaml
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    """:func:`specdec.models.convert_gguf` and its manifest. ``specdec.models`` needs the
+    profile schema (pydantic, yaml): ``lease.sh train`` runs after the bundle is unpacked and
+    its environment sourced, as ``measure`` does, which is where they come from."""
+    from ..models import _write_manifest, convert_gguf
 
-        def convert_gguf(gguf: Path, dest: Path) -> None:  # models.convert_gguf, verbatim
-            src = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            if hasattr(config, "quantization_config"):
-                del config.quantization_config
-            config.dtype = "float32"
-            plain = AutoModelForCausalLM.from_config(config)
-            missing, unexpected = plain.load_state_dict(src.state_dict(), strict=False)
-            missing = [k for k in missing
-                       if not (k == "lm_head.weight" and config.tie_word_embeddings)]
-            if missing or unexpected:
-                raise RuntimeError(f"GGUF conversion: missing {missing}, unexpected {unexpected}")
-            plain.save_pretrained(dest, safe_serialization=True)
-            AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(dest)
-
-        def _write_manifest(tmp: Path, source: dict) -> None:
-            files = {p.name: _sha(p) for p in sorted(tmp.iterdir()) if p.is_file()}
-            (tmp / "manifest.json").write_text(json.dumps(
-                {"format_version": 1, "source": source, "files": files}, indent=2, sort_keys=True))
     convert_gguf(gguf, dest)
     _write_manifest(dest, source)
 
