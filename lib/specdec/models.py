@@ -214,9 +214,12 @@ def _resolve(profile: Profile, model: Model, seen: tuple[str, ...]) -> Path | st
         return _build_cached(model.name, source,
                              lambda tmp: truncate_layers(parent, src.num_layers, tmp))
     if src.kind == "trained":
-        from .training import artifacts
+        from .training import artifacts  # torch-heavy: only where a profile trains
 
-        return Path(artifacts.resolve(src.artifact))
+        try:
+            return Path(artifacts.resolve(src.artifact))
+        except artifacts.ArtifactError as e:
+            raise ModelError(str(e)) from None
     raise ProfileError(f"{where}.kind: unknown kind {src.kind!r}")
 
 

@@ -36,7 +36,6 @@ Each cell is written as soon as it finishes (resume granularity = one cell).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import signal
@@ -49,7 +48,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from . import models, paths, profiles, store
+from . import models, paths, profiles, store, validate
 from .profiles import Cell, Profile
 from .provenance import collect, now_utc
 
@@ -150,12 +149,6 @@ def status(profile: Profile, results_root: Path | None = None) -> dict[str, dict
 # Running
 # --------------------------------------------------------------------------- #
 def _preflight(profile: Profile) -> None:
-    try:
-        validate = importlib.import_module("specdec.validate")
-    except ModuleNotFoundError as e:
-        if e.name != "specdec.validate":
-            raise
-        return
     validate.preflight(profile)
 
 

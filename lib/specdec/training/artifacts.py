@@ -27,8 +27,9 @@ from pathlib import Path
 
 from .. import paths
 from ..provenance import sha256_file
+from . import export
 
-MANIFEST = "manifest.json"
+MANIFEST = export.MANIFEST
 SHIPPED = "model.shipped.safetensors"
 PART_BYTES = 15_000_000
 ARCHIVE = "train-out.tgz"
@@ -37,7 +38,7 @@ RECORD_FILES = ("manifest.json", "recipe.json", "train_log.jsonl", "config.json"
 
 
 class ArtifactError(RuntimeError):
-    pass
+    """A trained artifact is missing, or its parts or weights do not match their sha256."""
 
 
 def trained_root() -> Path:
@@ -73,20 +74,18 @@ def local_dir(name: str) -> Path:
 
 def resolve(name: str) -> str:
     """The directory vLLM loads for artifact ``name``, after checking its weights' sha256."""
-    from ..models import ModelError
-
     d = trained_root() / name
     if not (d / "config.json").is_file():
-        raise ModelError(missing_message(name))
+        raise ArtifactError(missing_message(name))
     man = manifest(name)
     if man is None:
-        raise ModelError(f"trained artifact {name!r}: no {MANIFEST} in {records_root() / name} "
+        raise ArtifactError(f"trained artifact {name!r}: no {MANIFEST} in {records_root() / name} "
                          f"or {d}")
     files = man.get("local_files") or man.get("files") or {}
     for f in ("config.json", "model.safetensors"):
         want = files.get(f)
         if want and sha256_file(d / f) != want:
-            raise ModelError(f"trained artifact {name!r}: {d / f} does not match the sha256 in "
+            raise ArtifactError(f"trained artifact {name!r}: {d / f} does not match the sha256 in "
                              f"its manifest; reinstall it (`specdec train unpack`)")
     return str(d)
 
@@ -192,7 +191,6 @@ def unpack(parts_dir: Path, target_dir: Path, install: bool = True,
     """Check, reassemble and install what a lease brought back; returns a report."""
     from safetensors.torch import load_file
 
-    from . import export
     from .recipes import MEDUSA_KS
 
     parts_dir = Path(parts_dir)

@@ -32,6 +32,9 @@ import torch
 
 from ..provenance import sha256_file
 
+#: The record beside an artifact's weights (recipe, data hash, sha256 of every tensor).
+MANIFEST = "manifest.json"
+
 WEIGHTS = "model.safetensors"
 
 
@@ -130,8 +133,6 @@ def build(kind, target) -> tuple[dict, dict, dict]:
 
 def export(name: str, recipe: dict, kind, target, out_dir: Path, data_sha256: str,
            run: dict) -> dict:
-    from . import artifacts
-
     cfg, tensors, from_target = build(kind, target)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
@@ -154,7 +155,7 @@ def export(name: str, recipe: dict, kind, target, out_dir: Path, data_sha256: st
         "files": {f: sha256_file(out_dir / f) for f in ("config.json", WEIGHTS, "recipe.json",
                                                          "train_log.jsonl")},
     }
-    (out_dir / artifacts.MANIFEST).write_text(json.dumps(man, indent=2, sort_keys=True))
+    (out_dir / MANIFEST).write_text(json.dumps(man, indent=2, sort_keys=True))
     return man
 
 
