@@ -605,18 +605,18 @@ def _expected_cells(profile) -> dict[str, str]:
 def _check_file(f: Path, kind: str, known: dict, profile_filter: str | None,
                 where: str | None = None):
     """Schema, provenance and identity checks of one returned file -> (profile, cell_id, table)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from . import store
     from .profiles import ProfileError, load_profile
 
     schema = store.SCHEMAS[kind]
     where = where or str(f)
     try:
-        df = store._read([f], schema)  # the store's own schema check (columns, then types)
+        # The store's own reading: schema checked, columns added since the file was written
+        # read as null (a lease that retags an older cell sends it back in the old schema).
+        table = store.read_file(f, schema)
     except store.SchemaError as e:
         raise MergeError(str(e).replace(str(f), where, 1)) from None
+    df = table.to_pandas()
     if df.empty:
         raise MergeError(f"{where}: no rows")
     store.check_provenance(df, where=where)
@@ -658,14 +658,7 @@ def _check_file(f: Path, kind: str, known: dict, profile_filter: str | None,
                          f"the profile names {want_vllm}")
     if prof.hardware.kind == "cuda" and (df["device_name"] == "cpu").any():
         raise MergeError(f"{where}: profile {pname!r} is a GPU profile but rows say device 'cpu'")
-    table = pq.read_table(f)
-    # A file written before a column was added (store.ADDED_COLUMNS) reads it as null, as
-    # store.read_rows does: a lease that retags an older cell sends it back in the old schema.
-    for name in sorted(store.ADDED_COLUMNS - set(table.schema.names)):
-        if name in schema.names:
-            table = table.append_column(schema.field(name), pa.nulls(table.num_rows,
-                                                                    type=schema.field(name).type))
-    return pname, cid, table.select(schema.names).cast(schema)
+    return pname, cid, table
 
 
 def merge(src: Path | str, profile: str | None = None, results_root: Path | str | None = None,

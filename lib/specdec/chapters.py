@@ -259,6 +259,14 @@ def prediction_grid_table(cost_ratios: Sequence[float], alpha: float,
         "predicted_speedup": f"speedup at α = {alpha:g}, best K (prediction)"})
 
 
+def _surface_table(profile: str, results_root: Path | str | None) -> pd.DataFrame | None:
+    """:func:`surface.table` of every stored row of a surface profile; None without rows."""
+    runs = store.load_runs(profile, root=Path(results_root) if results_root else None)
+    if runs.empty:
+        return None
+    return surface.table(metrics.with_speedup(metrics.summarize(runs)))
+
+
 def measured_break_even(profile: str = "h200-surface", k: int = 4,
                         results_root: Path | str | None = None) -> tuple[str, pd.DataFrame]:
     """The set acceptance at which each method starts to pay at ``k``, read off a stored
@@ -267,11 +275,9 @@ def measured_break_even(profile: str = "h200-surface", k: int = 4,
     The sentence orders the methods from the least demanding to the most; the table is
     empty where the profile has no rows.
     """
-    runs = store.load_runs(profile, root=Path(results_root) if results_root else None)
-    if runs.empty:
+    table = _surface_table(profile, results_root)
+    if table is None:
         return f"No rows of `{profile}` are stored yet.", pd.DataFrame()
-    rows = metrics.with_speedup(metrics.summarize(runs))
-    table = surface.table(rows)
     be = surface.break_even(table[table["num_speculative_tokens"].isin([0, k])])
     if be.empty:
         return f"No rows of `{profile}` at K = {k} give a break-even acceptance yet.", \
@@ -290,11 +296,10 @@ def dynamic_k_sentence(profile: str = "h200-surface",
                        results_root: Path | str | None = None) -> str:
     """vLLM's dynamic K against the same fixed K on a stored surface
     (:func:`surface.dynamic_vs_fixed`), in one sentence; says so where nothing is stored."""
-    runs = store.load_runs(profile, root=Path(results_root) if results_root else None)
+    table = _surface_table(profile, results_root)
     pairs = surface.dynamic_k_methods(load_profile(profile))
-    if runs.empty or not pairs:
+    if table is None or not pairs:
         return f"vLLM's dynamic K has not been measured in `{profile}` yet."
-    table = surface.table(metrics.with_speedup(metrics.summarize(runs)))
     dyn = surface.dynamic_vs_fixed(table, pairs).dropna(subset=["dynamic_over_fixed"])
     if dyn.empty:
         return f"vLLM's dynamic K has not been measured in `{profile}` beside fixed K yet."
