@@ -53,9 +53,12 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   export PYTHONPATH=$PWD/lib:$PYTHONPATH SPECDEC_COMMIT=$commit SPECDEC_DIRTY=0 \
          VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
   # Cells landed by earlier leases are done: start from them so the runner skips them.
-  if [ ! -e /tmp/lease-start ]; then
-    touch /tmp/lease-start; mkdir -p /tmp/results
-    [ -d "data/results/$profile" ] && cp -rp "data/results/$profile" /tmp/results/
+  # Each profile is copied once, by the first call that names it, and dated back so that
+  # only what this lease measures is newer than /tmp/lease-start and goes back.
+  [ -e /tmp/lease-start ] || { touch /tmp/lease-start; mkdir -p /tmp/results; }
+  if [ -d "data/results/$profile" ] && [ ! -d "/tmp/results/$profile" ]; then
+    cp -r "data/results/$profile" /tmp/results/ \
+      && find "/tmp/results/$profile" -exec touch -d 2000-01-01 {} +
   fi
   echo "measure-start $(stamp) $profile $*" >> /tmp/lease.log
   for exp in "$@"; do
