@@ -6,7 +6,8 @@
 #                                                 unpack once, then run the experiments in
 #                                                 order until SECONDS have passed; results,
 #                                                 log and the lease record go to $OUT
-#   scripts/lease.sh cache                        vLLM's compile cache to $OUT, in 15 MB parts
+#   scripts/lease.sh cache [N]                    vLLM's compile cache in 15 MB parts, 4 per call:
+#                                                 parts 4N..4N+3 to $OUT
 #   scripts/lease.sh train receive                copy the carried .train-carry/ files to /tmp/t
 #   scripts/lease.sh train data                   target from the carried GGUF, its greedy
 #                                                 continuations of the prompts (vLLM)
@@ -81,7 +82,20 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   ls -la "$OUT"
   ;;
 cache)
-  tar czf - -C ~/.cache vllm | split -b 15000000 -d - "$OUT/vllm-cache.tgz."
+  # A call returns at most about 64 MiB, so 4 parts of 15 MB per call: `cache N` returns parts
+  # 4N..4N+3 of one archive, made by the first cache call of the lease (call it last).
+  n=${1:-0}
+  if [ ! -e /tmp/vcs/complete ]; then
+    mkdir -p /tmp/vcs && rm -f /tmp/vcs/vllm-cache.tgz.* \
+      && tar czf - -C ~/.cache vllm | split -b 15000000 -d - /tmp/vcs/vllm-cache.tgz. \
+      && touch /tmp/vcs/complete
+  fi
+  for i in 0 1 2 3; do
+    f=$(printf '/tmp/vcs/vllm-cache.tgz.%02d' $((4 * n + i))); [ -e "$f" ] && cp "$f" "$OUT/"
+  done
+  parts=$(ls /tmp/vcs/vllm-cache.tgz.* | wc -l)
+  echo "compile cache: $parts parts in all; this call returns parts $((4 * n))..$((4 * n + 3))" \
+    "(next: cache $((n + 1)) while $((4 * n + 4)) < $parts)"
   cp /tmp/lease.log "$OUT/" 2>/dev/null
   ls -la "$OUT"
   ;;

@@ -2,7 +2,7 @@
 
 ``data/leases/leases.yaml`` holds what only the device tool knows (seconds the machine was
 held, calls, the commit that travelled); everything else is recomputed from the stored rows
-of the lease's profile, matched by that commit and the lease's time window:
+of the lease's profile (or profiles), matched by that commit and the lease's time window:
 
 - ``cells``: cells with a row stamped inside the window;
 - ``engines``: distinct engine starts (one per (method, K, set/natural acceptance));
@@ -41,15 +41,20 @@ def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
     """One row per lease (:data:`COLUMNS`), the cell counts recomputed from the rows."""
     rows = []
     for e in load(path):
-        runs = store.load_runs(e["profile"], root)
+        # A lease may measure several profiles (a list); an engine is a (profile, method, K,
+        # set/natural acceptance) start.
+        names = e["profile"] if isinstance(e["profile"], list) else [e["profile"]]
+        runs = pd.concat([store.load_runs(n, root).assign(profile=n) for n in names],
+                         ignore_index=True)
         t = pd.to_datetime(runs["timestamp_utc"], utc=True)
         inside = runs[(runs["git_commit"] == e["commit"]) & (runs["status"] == "ok")
                       & (t >= pd.Timestamp(e["first_call_utc"]))
                       & (t <= pd.Timestamp(e["last_call_end_utc"]))]
-        engine_key = ["method", "num_speculative_tokens", inside["acceptance_alpha"].notna()]
+        engine_key = ["profile", "method", "num_speculative_tokens",
+                      inside["acceptance_alpha"].notna()]
         starts = inside.groupby(engine_key)["engine_start_s"].first() if len(inside) else []
-        cells = inside["cell_id"].nunique()
-        rows.append({"lease": e["lease"], "device": e["device"], "profile": e["profile"],
+        cells = inside.groupby(["profile", "cell_id"]).ngroups if len(inside) else 0
+        rows.append({"lease": e["lease"], "device": e["device"], "profile": ", ".join(names),
                      "commit": e["commit"][:10], "device_held_s": float(e["device_held_s"]),
                      "calls": int(e["calls"]), "cells": cells, "engines": len(starts),
                      "engine_start_s": float(sum(starts)),

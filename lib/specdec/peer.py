@@ -198,6 +198,7 @@ def load(profile: str, results_root: Path | None = None) -> pd.DataFrame:
         rows.append({**r.model_dump(exclude={"argv", "env", "latencies_s", "provenance"}),
                      "peer_latency_median_s": float(lat.median()),
                      "peer_repeats": len(lat),
+                     "peer_slowest_over_fastest": float(lat.max() / lat.min()),
                      "peer_tok_s": r.batch_size * r.output_len / float(lat.median()),
                      "command": shlex.join(r.argv),
                      **{k: r.provenance.get(k) for k in ("vllm_version", "device_name",
@@ -206,21 +207,44 @@ def load(profile: str, results_root: Path | None = None) -> pd.DataFrame:
 
 
 def compare(peer_df: pd.DataFrame, summary_df: pd.DataFrame) -> pd.DataFrame:
-    """Harness beside peer for the same cell: output tokens per second, and their ratio.
+    """Harness beside peer for the same cell: output tokens per second, their ratio and spreads.
 
     The peer's figure is batch x output tokens over the median latency of one generate
-    call (prefill included); the harness's is its median output tokens per second.
+    call (prefill included); the harness's is its median output tokens per second. The
+    spreads say how far one run may lie from another: the peer's slowest over its fastest
+    call, the harness's 95% interval of the median over that median.
     """
+    cols = ["method", "num_speculative_tokens", "acceptance_alpha", "batch_size",
+            "harness_tok_s", "peer_tok_s", "harness_over_peer", "harness_ci_rel",
+            "peer_slowest_over_fastest", "peer_repeats", "peer_latency_median_s", "cell_id"]
     if peer_df.empty:
-        return pd.DataFrame(columns=["method", "num_speculative_tokens", "acceptance_alpha",
-                                     "batch_size", "harness_tok_s", "peer_tok_s",
-                                     "harness_over_peer"])
-    h = summary_df[["cell_id", "tok_s_median"]].rename(columns={"tok_s_median": "harness_tok_s"})
+        return pd.DataFrame(columns=cols)
+    h = summary_df.reindex(columns=["cell_id", "tok_s_median", "tok_s_ci_low", "tok_s_ci_high"]).rename(
+        columns={"tok_s_median": "harness_tok_s"})
     df = peer_df.merge(h, on="cell_id", how="left")
     df["harness_over_peer"] = df["harness_tok_s"] / df["peer_tok_s"]
-    return df[["method", "num_speculative_tokens", "acceptance_alpha", "batch_size",
-               "harness_tok_s", "peer_tok_s", "harness_over_peer", "peer_repeats",
-               "peer_latency_median_s", "cell_id"]].sort_values(["method", "batch_size"])
+    df["harness_ci_rel"] = (df["tok_s_ci_high"] - df["tok_s_ci_low"]) / df["harness_tok_s"]
+    return df[cols].sort_values(["method", "batch_size"]).reset_index(drop=True)
+
+
+def _cell_name(row) -> str:
+    if row["method"] == "baseline":
+        return f"the baseline at batch {int(row['batch_size'])}"
+    alpha = "" if pd.isna(row["acceptance_alpha"]) else f", α = {row['acceptance_alpha']:g}"
+    return (f"{row['method']} ($K = {int(row['num_speculative_tokens'])}${alpha}) at batch "
+            f"{int(row['batch_size'])}")
+
+
+def comparison_sentence(cmp: pd.DataFrame) -> str:
+    """The comparison in words, cell by cell, from :func:`compare` (for the book's prose)."""
+    done = cmp.dropna(subset=["harness_tok_s", "peer_tok_s"])
+    if done.empty:
+        return "not measured yet (`specdec status` lists the peer runs still pending)"
+    parts = [f"{_cell_name(r)}: the harness {r['harness_tok_s']:.0f} tok/s, `bench latency` "
+             f"{r['peer_tok_s']:.0f} tok/s ({100 * (r['harness_over_peer'] - 1):+.0f} %; the "
+             f"peer's slowest call took {r['peer_slowest_over_fastest']:.2f}× its fastest)"
+             for _, r in done.iterrows()]
+    return "; ".join(parts)
 
 
 def merge(src: Path | str, profile: str, results_root: Path | None = None) -> list[Path]:
