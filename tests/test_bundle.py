@@ -1,18 +1,18 @@
-"""The offline bundle (parts, hashes, tamper detection, unpack) and the merge of returned results.
+"""The offline bundle (parts, hashes, tamper detection, unpack); the merge of returned results
+is tested in tests/test_merge.py.
 
 Everything runs on small synthetic wheels, so it is fast; one test looks at the real vLLM
 wheel only if it is already in the wheel cache.
 """
 import json
 import os
-import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from specdec import bundle, paths, profiles, provenance, runner, store
-from specdec.bundle import BundleError, MergeError
+from specdec import bundle, paths, provenance
+from specdec.bundle import BundleError
 
 PART = 100_000
 
@@ -263,153 +263,13 @@ def test_trim_rules_match_the_real_vllm_wheel():
     assert "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" in kept  # Hopper's attention stays
 
 
-# --------------------------------------------------------------------------- #
-# merge
-# --------------------------------------------------------------------------- #
-H200 = "h200-mechanics"
-
-
-def _rows(cell: profiles.Cell, **over):
-    prof = profiles.load_profile(H200)
-    ident = runner.identity(prof, cell)
-    prov = {**provenance.collect(), "vllm_version": "0.26.0", "vllm_package": "vllm",
-            "device_name": "NVIDIA H200", "torch_version": "2.11.0+cu130"}
-    runs = []
-    for rep in range(3):
-        row = {f.name: None for f in store.RUNS_SCHEMA}
-        row.update(ident, **prov, repeat=rep, status="ok", wall_s=1.0, num_requests=1,
-                   num_prompt_tokens=128, num_output_tokens=128, output_tokens_per_s=128.0,
-                   tpot_ms=7.8, engine_start_s=60.0)
-        row.update(over)
-        runs.append(row)
-    tok = {f.name: None for f in store.TOKENS_SCHEMA}
-    tok.update(ident, **prov, request_index=0, prompt_id="random-0", output_token_ids=[1, 2])
-    tok.update({k: v for k, v in over.items() if k in tok})
-    return ident["cell_id"], runs, [tok]
-
-
-def _cells():
-    prof = profiles.load_profile(H200)
-    return profiles.expand(prof, ["quick-ceiling-k"])[:3]
-
-
-def _write(root, cell, **over):
-    cid, runs, toks = _rows(cell, **over)
-    store.write_cell(H200, cid, runs, toks, root=root)
-    return cid
-
-
-def test_merge_writes_checked_cells(tmp_path):
-    src, dest = tmp_path / "src", tmp_path / "dest"
-    ids = [_write(src, c) for c in _cells()]
-    rep = bundle.merge(src / H200, results_root=dest)
-    assert sorted(rep.merged) == sorted(f"{H200}/{i}" for i in ids) and rep.rows == 9
-    runs = store.load_runs(H200, dest)
-    assert len(runs) == 9 and set(runs["device_name"]) == {"NVIDIA H200"}
-    assert len(store.load_tokens(H200, dest)) == 3
-    again = bundle.merge(src, results_root=dest)  # the whole tree works too
-    assert len(again.unchanged) == 3 and not again.merged
-
-
-def test_merge_accepts_a_tar_archive(tmp_path):
-    src, dest = tmp_path / "src", tmp_path / "dest"
-    _write(src, _cells()[0])
-    arc = tmp_path / "results.tgz"
-    with tarfile.open(arc, "w:gz") as tar:
-        tar.add(src, arcname=".")
-    assert len(bundle.merge(arc, results_root=dest).merged) == 1
-
-
-@pytest.mark.parametrize("over, match", [
-    ({"config_hash": "0123456789abcdef"}, "config_hash .* does not match"),
-    ({"git_commit": None}, "lack 'git_commit'"),
-    ({"device_name": "cpu"}, "GPU profile but rows say device 'cpu'"),
-    ({"vllm_version": "0.32.0"}, "measured with vLLM .*0.32.0.*0.26.0"),
-    ({"status": "weird"}, "status must be ok or failed"),
-])
-def test_merge_refuses_bad_rows_and_writes_nothing(tmp_path, over, match):
-    src, dest = tmp_path / "src", tmp_path / "dest"
-    good, bad = _cells()[:2]
-    _write(src, good)
-    _write(src, bad, **over)
-    with pytest.raises(MergeError, match=match):
-        bundle.merge(src, results_root=dest)
-    assert not list(dest.rglob("*.parquet")), "an invalid file must stop the whole merge"
-    rep = bundle.merge(src, results_root=dest, skip_invalid=True)
-    assert len(rep.merged) == 1 and any(m for m in rep.refused if "does not match" in m or
-                                        "lack" in m or "device" in m or "vLLM" in m or "status" in m)
-
-
-def test_merge_refuses_cells_the_profile_does_not_define(tmp_path):
-    src, dest = tmp_path / "src", tmp_path / "dest"
-    cid = _write(src, _cells()[0])
-    # The same rows, claimed for a cell id the profile has no cell for.
-    f = store.runs_path(H200, cid, src)
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(f).to_pandas()
-    t["cell_id"] = "draft-1layer-k99-b1-random-t0-deadbeef"
-    store.atomic_write_table(store.pa.Table.from_pandas(t, schema=store.RUNS_SCHEMA,
-                                                        preserve_index=False),
-                             f.with_name("draft-1layer-k99-b1-random-t0-deadbeef.runs.parquet"))
-    with pytest.raises(MergeError, match="is not a cell of profile"):
-        bundle.merge(src, results_root=dest)
-    f.with_name("draft-1layer-k99-b1-random-t0-deadbeef.runs.parquet").unlink()
-    f.rename(f.with_name("renamed.runs.parquet"))
-    with pytest.raises(MergeError, match="does not match its cell_id"):
-        bundle.merge(src, results_root=dest, profile=H200)
-
-
-def test_merge_refuses_reference_only_and_unknown_profiles(tmp_path):
-    src = tmp_path / "src"
-    cid, runs, toks = _rows(_cells()[0])
-    for r in runs:
-        r["profile"] = "a100-llama3-8b"
-    store.write_cell("a100-llama3-8b", cid, runs, root=src)
-    with pytest.raises(MergeError, match="reference_only"):
-        bundle.merge(src, results_root=tmp_path / "dest")
-    for r in runs:
-        r["profile"] = "no-such-profile"
-    store.write_cell("no-such-profile", cid, runs, root=tmp_path / "src2")
-    with pytest.raises(MergeError, match="not one of this study's"):
-        bundle.merge(tmp_path / "src2", results_root=tmp_path / "dest")
-
-
-def test_merge_keeps_stored_ok_cells(tmp_path):
-    src, dest = tmp_path / "src", tmp_path / "dest"
-    cell = _cells()[0]
-    cid = _write(dest, cell)
-    before = store.runs_path(H200, cid, dest).read_bytes()
-    _write(src, cell, status="failed", error="CUDA out of memory")
-    rep = bundle.merge(src, results_root=dest)
-    assert rep.kept == [f"{H200}/{cid}"] and not rep.merged
-    assert store.runs_path(H200, cid, dest).read_bytes() == before
-    # A different ok measurement replaces the stored one only when asked to.
-    _write(src, cell, wall_s=2.0)
-    assert bundle.merge(src, results_root=dest).kept
-    assert bundle.merge(src, results_root=dest, replace=True).merged == [f"{H200}/{cid}"]
-    assert set(store.load_runs(H200, dest)["wall_s"]) == {2.0}
-
-
-def test_merge_leaves_out_tokens_without_runs(tmp_path):
-    src, dest = tmp_path / "src", tmp_path / "dest"
-    cid = _write(src, _cells()[0])
-    store.runs_path(H200, cid, src).unlink()
-    rep = bundle.merge(src, results_root=dest)
-    assert not rep.merged and "tokens without runs" in rep.refused[0]
-
-
-def test_cli_reports_merge_and_unpack_errors_plainly(tmp_path, capsys, wheels):
+def test_cli_reports_unpack_errors_plainly(tmp_path, capsys):
     from specdec import cli
 
-    src = tmp_path / "src"
-    _write(src, _cells()[0], device_name="cpu")
-    assert cli.main(["merge", str(src), "--results-root", str(tmp_path / "dest")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("specdec merge: error: ") and "device 'cpu'" in err
-    assert "Traceback" not in err
     assert cli.main(["unpack", str(tmp_path / "nothing"), "--site", str(tmp_path / "s")]) == 2
-    assert "no manifest" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("specdec unpack: error: ") and "no manifest" in err
+    assert "Traceback" not in err
 
 
 def test_unpack_needs_only_the_standard_library():

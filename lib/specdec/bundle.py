@@ -1,4 +1,4 @@
-"""An offline bundle for air-gapped CUDA hosts, and the merge of the results it brings back.
+"""An offline bundle for air-gapped CUDA hosts: pack it here, verify and unpack it there.
 
 Many GPU clusters cannot reach a package index. ``pack`` builds, on a machine that can,
 everything a run of the study needs on such a host beyond what it already has:
@@ -20,11 +20,8 @@ Host prerequisites (:data:`HOST`): Linux x86-64, Python 3.12, ``torch==2.11.0+cu
 the packages of the CUDA image this study used (see :data:`HOST_PACKAGES`); set
 ``VLLM_USE_FLASHINFER_SAMPLER=0`` (flashinfer is not bundled).
 
-Results come back as the runner's per-cell Parquet files (a folder or a ``.tar``/``.tgz``
-of one); ``merge`` checks their schema (:mod:`specdec.store`), provenance
-(:func:`specdec.store.check_provenance`, plus the device and vLLM version the profile
-names) and that every ``cell_id``/``config_hash`` is one the profile defines, and only
-then writes them into ``data/results/<profile>/``, one cell at a time, atomically.
+Unpacking needs the standard library alone (the host's own Python has no pydantic or yaml).
+The results the host sends back are checked and added by :mod:`specdec.merge`.
 """
 from __future__ import annotations
 
@@ -41,7 +38,6 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -126,10 +122,6 @@ PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x
 
 class BundleError(RuntimeError):
     """A bundle cannot be built, is incomplete or altered, or does not fit this host."""
-
-
-class MergeError(ValueError):
-    """Returned result files cannot be merged; the message names the file and the reason."""
 
 
 _canon = canonical_name
@@ -564,170 +556,14 @@ def shell_env(man: dict, site_dir: Path | str, lib_dir: Path | str | None = None
 
 
 # --------------------------------------------------------------------------- #
-# Merge returned results
-# --------------------------------------------------------------------------- #
-@dataclass
-class MergeReport:
-    merged: list[str] = field(default_factory=list)       # cell ids written
-    rows: int = 0                                         # run rows written
-    unchanged: list[str] = field(default_factory=list)    # identical to what is stored
-    kept: list[str] = field(default_factory=list)         # stored ok cell kept over incoming
-    refused: list[str] = field(default_factory=list)      # "file: reason"
-
-    def summary(self) -> str:
-        return (f"{len(self.merged)} cell(s) merged ({self.rows} run rows), "
-                f"{len(self.unchanged)} unchanged, {len(self.kept)} kept as stored, "
-                f"{len(self.refused)} refused")
-
-
-def _result_files(src: Path, scratch: Path) -> list[tuple[str, Path]]:
-    """(name for messages, path) of the Parquet files under ``src``: a folder, or a tar
-    archive (extracted into ``scratch``; messages name the member, ``archive:member``)."""
-    if src.is_file():
-        if not tarfile.is_tarfile(src):
-            raise MergeError(f"{src}: neither a folder nor a tar archive")
-        with tarfile.open(src) as tar:
-            tar.extractall(scratch, filter="data")
-        return [(f"{src}:{f.relative_to(scratch).as_posix()}", f)
-                for f in sorted(scratch.rglob("*.parquet"))]
-    if not src.is_dir():
-        raise MergeError(f"{src}: does not exist")
-    return [(str(f), f) for f in sorted(src.rglob("*.parquet"))]
-
-
-def _expected_cells(profile) -> dict[str, str]:
-    from . import profiles as P
-
-    return {P.cell_id(profile, c): P.config_hash(P.cell_config(profile, c))
-            for c in P.expand(profile)}
-
-
-def _check_file(f: Path, kind: str, known: dict, profile_filter: str | None,
-                where: str | None = None):
-    """Schema, provenance and identity checks of one returned file -> (profile, cell_id, table)."""
-    from . import store
-    from .profiles import ProfileError, load_profile
-
-    schema = store.SCHEMAS[kind]
-    where = where or str(f)
-    try:
-        # The store's own reading: schema checked, columns added since the file was written
-        # read as null (a lease that retags an older cell sends it back in the old schema).
-        table = store.read_file(f, schema)
-    except store.SchemaError as e:
-        raise MergeError(str(e).replace(str(f), where, 1)) from None
-    df = table.to_pandas()
-    if df.empty:
-        raise MergeError(f"{where}: no rows")
-    store.check_provenance(df, where=where)
-    names = set(df["profile"])
-    if len(names) != 1:
-        raise MergeError(f"{where}: rows of several profiles {sorted(names)}")
-    pname = names.pop()
-    if profile_filter and pname != profile_filter:
-        raise MergeError(f"{where}: rows of profile {pname!r}, merging {profile_filter!r}")
-    if pname not in known:
-        try:
-            prof = load_profile(pname)
-        except ProfileError as e:
-            raise MergeError(f"{where}: profile {pname!r} is not one of this study's: {e}") from None
-        known[pname] = (prof, _expected_cells(prof))
-    prof, expected = known[pname]
-    if prof.reference_only:
-        raise MergeError(f"{where}: profile {pname!r} is reference_only: it is never measured here")
-    cells = set(df["cell_id"])
-    if len(cells) != 1:
-        raise MergeError(f"{where}: rows of several cells {sorted(cells)}")
-    cid = cells.pop()
-    if f.name != f"{cid}.{kind}.parquet":
-        raise MergeError(f"{where}: file name does not match its cell_id {cid!r}")
-    if cid not in expected:
-        raise MergeError(f"{where}: cell_id {cid!r} is not a cell of profile {pname!r} "
-                         f"(its configuration changed since this was measured?)")
-    hashes = set(df["config_hash"])
-    if hashes != {expected[cid]}:
-        raise MergeError(f"{where}: config_hash {sorted(hashes)} does not match the profile's "
-                         f"{expected[cid]!r} for {cid}")
-    if kind == "runs":
-        bad = df[~df["status"].isin(["ok", "failed"])]
-        if len(bad):
-            raise MergeError(f"{where}: status must be ok or failed, got {sorted(set(bad['status']))}")
-    want_vllm = prof.engine.version
-    if set(df["vllm_version"]) != {want_vllm}:
-        raise MergeError(f"{where}: measured with vLLM {sorted(set(df['vllm_version']))}, "
-                         f"the profile names {want_vllm}")
-    if prof.hardware.kind == "cuda" and (df["device_name"] == "cpu").any():
-        raise MergeError(f"{where}: profile {pname!r} is a GPU profile but rows say device 'cpu'")
-    return pname, cid, table
-
-
-def merge(src: Path | str, profile: str | None = None, results_root: Path | str | None = None,
-          skip_invalid: bool = False, replace: bool = False) -> MergeReport:
-    """Merge returned per-cell Parquet files into ``results_root/<profile>/``.
-
-    Every file is checked before anything is written; an invalid file stops the merge
-    (MergeError naming it) unless ``skip_invalid``, which leaves it out and reports it.
-    A stored ``ok`` cell is not overwritten by a different incoming one unless
-    ``replace``; an incoming ``failed`` cell never replaces a stored ``ok`` one.
-    """
-    import pyarrow.parquet as pq
-
-    from . import store
-
-    src = Path(src)
-    root = Path(results_root) if results_root else None
-    report = MergeReport()
-    with tempfile.TemporaryDirectory(prefix="specdec-merge-") as scratch:
-        files = _result_files(src, Path(scratch))
-        if not files:
-            raise MergeError(f"{src}: no .parquet files")
-        known: dict = {}
-        checked: dict[tuple[str, str], dict[str, object]] = {}
-        for where, f in files:
-            kind = "runs" if f.name.endswith(".runs.parquet") else (
-                "tokens" if f.name.endswith(".tokens.parquet") else None)
-            try:
-                if kind is None:
-                    raise MergeError(f"{where}: not a .runs.parquet or .tokens.parquet file")
-                pname, cid, table = _check_file(f, kind, known, profile, where)
-            except (MergeError, store.SchemaError) as e:
-                if not skip_invalid:
-                    raise MergeError(str(e)) from None
-                report.refused.append(str(e))
-                continue
-            checked.setdefault((pname, cid), {})[kind] = table
-        for (pname, cid), tables in sorted(checked.items()):
-            runs = tables.get("runs")
-            if runs is None:
-                # Tokens are written first: tokens alone mean the cell never finished.
-                report.refused.append(f"{pname}/{cid}: tokens without runs (cell did not finish)")
-                continue
-            incoming_ok = all(s == "ok" for s in runs.column("status").to_pylist())
-            stored = store.cell_status(pname, cid, root)
-            runs_dest = store.runs_path(pname, cid, root)
-            if stored != "missing" and pq.read_table(runs_dest).equals(runs):
-                report.unchanged.append(f"{pname}/{cid}")
-                continue
-            if stored == "ok" and (not incoming_ok or not replace):
-                report.kept.append(f"{pname}/{cid}")
-                continue
-            if "tokens" in tables:
-                store.atomic_write_table(tables["tokens"], store.tokens_path(pname, cid, root))
-            store.atomic_write_table(runs, runs_dest)
-            report.merged.append(f"{pname}/{cid}")
-            report.rows += runs.num_rows
-    return report
-
-
-# --------------------------------------------------------------------------- #
 # CLI
 # --------------------------------------------------------------------------- #
 def _plain_errors(fn):
-    """Bundle and merge errors name the file and the reason: print them, no traceback."""
+    """Bundle errors name the file and the reason: print them, no traceback."""
     def run(args) -> int:
         try:
             return fn(args)
-        except (BundleError, MergeError) as e:
+        except BundleError as e:
             print(f"specdec {args.command}: error: {e}", file=sys.stderr)
             return 2
     return run
@@ -761,17 +597,6 @@ def _cmd_unpack(args) -> int:
     return 0
 
 
-def _cmd_merge(args) -> int:
-    report = merge(args.src, profile=args.profile, results_root=args.results_root,
-                   skip_invalid=args.skip_invalid, replace=args.replace)
-    for r in report.refused:
-        print(f"refused: {r}", file=sys.stderr)
-    for k in report.kept:
-        print(f"kept stored ok cell: {k}", file=sys.stderr)
-    print(report.summary())
-    return 1 if report.refused else 0
-
-
 def register(subparsers) -> None:
     b = subparsers.add_parser("bundle", help="pack vLLM + deps + the study for an air-gapped GPU host")
     b.add_argument("--profile", "-p", action="append",
@@ -795,14 +620,6 @@ def register(subparsers) -> None:
                    help="skip the Python/torch version check (only to inspect a bundle)")
     u.add_argument("--print-env", action="store_true", help="print only the export lines (for eval)")
     u.set_defaults(func=_plain_errors(_cmd_unpack))
-
-    m = subparsers.add_parser("merge", help="merge returned result files into data/results/")
-    m.add_argument("src", type=Path, help="folder or .tar/.tgz of returned .parquet files")
-    m.add_argument("--profile", default=None, help="accept only rows of this profile")
-    m.add_argument("--results-root", type=Path, default=None, help="instead of data/results")
-    m.add_argument("--skip-invalid", action="store_true", help="merge the valid files, report the rest")
-    m.add_argument("--replace", action="store_true", help="let incoming ok cells replace stored ones")
-    m.set_defaults(func=_plain_errors(_cmd_merge))
 
 
 if __name__ == "__main__":

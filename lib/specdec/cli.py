@@ -6,17 +6,18 @@
     specdec claims [--only ID...] [--out DIR]
                                             run the article's API claims against this vLLM
     specdec book [--mode replay|run] [...]  execute the chapters and build the HTML book
-    specdec bundle | unpack | merge         air-gapped GPU hosts
+    specdec bundle | unpack                 the offline bundle for air-gapped GPU hosts
+    specdec merge SRC [--profile P]         check returned rows (and peer runs), add them
     specdec peer list|run|merge PROFILE     vLLM's own `bench latency` on an experiment's cells
     specdec regenerate PROFILE [--dry-run]  rerun only stale cells, report, rebuild changed chapters
     specdec train carry|unpack|status|tiny  trained heads and drafts (issue 10, specdec.training)
     specdec env extra NAME | environment-yml | check | ensure-chromium
                                             the dependency pins and the test machine
 
-``run``/``status``, ``bundle``/``unpack``/``merge``, ``peer`` and ``regenerate`` are declared by
-:mod:`specdec.runner`, :mod:`specdec.bundle`, :mod:`specdec.peer`, :mod:`specdec.regenerate` and
-:mod:`specdec.training.cli` (``train``) (``register``), which own
-their options; the others are here.
+``run``/``status``, ``bundle``/``unpack``, ``merge``, ``peer``, ``regenerate`` and ``train`` are
+declared by :mod:`specdec.runner`, :mod:`specdec.bundle`, :mod:`specdec.merge`,
+:mod:`specdec.peer`, :mod:`specdec.regenerate` and :mod:`specdec.training.cli` (``register``),
+which own their options; the others are here.
 On a host without the installed script: ``python -m specdec.cli ...``.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import book, bundle, envspec, paths, peer, regenerate, runner, validate
+from . import book, bundle, envspec, merge, paths, peer, regenerate, runner, validate
 from .training import cli as training_cli
 from .claims import checkio, checks, ledger
 from .profiles import ProfileError
@@ -160,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only build, from the executed copies already in book/chapters/")
     b.set_defaults(func=_cmd_book)
 
-    bundle.register(sub)  # bundle, unpack, merge
+    bundle.register(sub)  # bundle, unpack
+    merge.register(sub)  # merge: returned rows and peer runs into data/results/
     peer.register(sub)  # peer
     regenerate.register(sub)  # regenerate: stale-only reruns, run reports, cached chapters
     training_cli.register(sub)  # train: carry, unpack, status, tiny (issue 10)

@@ -13,7 +13,9 @@ acceptance), so a peer run and a harness cell differ only where the two programs
 
 A peer run is stored as one JSON file per harness cell (``<results>/<profile>/peer/
 <cell_id>.peer.json``): the cell it mirrors, the exact command, the latencies and the
-provenance of the machine, written atomically. :func:`compare` sets them beside the
+provenance of the machine, written atomically. Returned from a lease, they are checked and
+added by ``specdec merge`` together with the cells' Parquet files (:mod:`specdec.merge` calls
+:func:`merge`; ``specdec peer merge`` takes them alone). :func:`compare` sets them beside the
 harness's summary rows. Measured, both; the difference is what the book explains.
 """
 from __future__ import annotations
@@ -247,9 +249,11 @@ def comparison_sentence(cmp: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def merge(src: Path | str, profile: str, results_root: Path | None = None) -> list[Path]:
+def merge(src: Path | str, profile: str | None, results_root: Path | None = None) -> list[Path]:
     """Copy the ``.peer.json`` files of a returned archive (or folder) into the results,
-    after checking each; a malformed one stops the merge before anything is written."""
+    after checking each; a malformed one, or one of a profile other than ``profile``, stops
+    the merge before anything is written. ``profile=None`` takes each file's own profile
+    (``specdec merge`` without ``--profile``)."""
     src = Path(src)
     with tempfile.TemporaryDirectory(prefix="specdec-peer-merge-") as scratch:
         if src.is_file():
@@ -263,14 +267,17 @@ def merge(src: Path | str, profile: str, results_root: Path | None = None) -> li
                 r = PeerResult.model_validate_json(f.read_text())
             except ValidationError as e:
                 raise PeerError(f"{f.name}: not a peer result: {e}") from None
-            if r.profile != profile:
+            if profile is not None and r.profile != profile:
                 raise PeerError(f"{f.name}: a peer run of profile {r.profile!r}, not {profile!r}")
+            if profile is None and r.profile not in profiles.list_profiles():
+                raise PeerError(f"{f.name}: a peer run of profile {r.profile!r}, "
+                                f"not one of this study's")
             records.append((f.name, r))
-        dest = peer_dir(profile, results_root)
         out = []
         for name, r in records:
-            _write_json_atomic(r.model_dump(), dest / name)
-            out.append(dest / name)
+            dest = peer_dir(r.profile, results_root) / name
+            _write_json_atomic(r.model_dump(), dest)
+            out.append(dest)
     return out
 
 
