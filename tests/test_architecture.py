@@ -113,3 +113,16 @@ def test_the_graph_sees_imports_inside_functions_and_packages():
 
 def test_no_import_circle_in_the_library():
     assert circles(import_graph()) == []
+
+
+def test_every_module_has_its_place_in_the_layer_map():
+    """``specdec.LAYERS`` is the architecture a newcomer reads first: a module missing from it,
+    or an entry naming a module that no longer exists, makes the map lie."""
+    import specdec
+
+    listed = [m for layer in specdec.LAYERS.values() for m in layer]
+    assert len(listed) == len(set(listed)), "a module is listed in two layers"
+    on_disk = {p.stem for p in (LIB / "specdec").glob("*.py") if p.stem != "__init__"}
+    on_disk |= {p.parent.name for p in (LIB / "specdec").glob("*/__init__.py")}
+    assert on_disk - set(listed) == set(), "modules missing from specdec.LAYERS"
+    assert set(listed) - on_disk == set(), "specdec.LAYERS names modules that do not exist"

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from specdec import bundle, paths, provenance
+from specdec import wheels as shipped  # (a fixture below is named wheels)
+from specdec.lockfile import canonical_name, read_lock
 from specdec.bundle import BundleError
 
 PART = 100_000
@@ -158,18 +160,18 @@ def test_pack_refuses_bad_requirements(tmp_path, wheels):
 
 
 def test_bundled_requirements_are_exact_disjoint_pins():
-    pins = bundle.locked_requirements()
+    pins = shipped.locked_requirements()
     assert pins[0] == "vllm==0.26.0"
-    names = [bundle._requirement_name(r) for r in pins[1:]]
+    names = [shipped.requirement_name(r) for r in pins[1:]]
     assert len(names) == len(set(names))
     assert all("==" in r for r in pins)
-    assert not set(names) & bundle.HOST_PACKAGES, "the host's own packages must not be shadowed"
-    assert not set(names) & {bundle._canon(n) for n in bundle.NOT_BUNDLED}
+    assert not set(names) & shipped.HOST_PACKAGES, "the host's own packages must not be shadowed"
+    assert not set(names) & {canonical_name(n) for n in shipped.NOT_BUNDLED}
     assert "vllm" not in names
     for must in ("pydantic", "fastapi", "openai", "msgspec", "pyzmq", "cbor2", "blake3",
                  "xgrammar", "llguidance"):
         assert must in names
-    assert "flashinfer-python" in bundle.NOT_BUNDLED
+    assert "flashinfer-python" in shipped.NOT_BUNDLED
 
 
 #: The manifest of the bundle built on 2026-12-01 from the pins then written in bundle.py.
@@ -178,7 +180,7 @@ BUILT = Path(__file__).parent / "fixtures" / "bundle-manifest-2026-12-01.json"
 
 def test_lock_pins_and_hashes_are_those_of_the_bundle_built_before_the_move():
     built = json.loads(BUILT.read_text())["packages"]
-    lock = bundle.read_lock(bundle.LOCK_FILE)
+    lock = read_lock(shipped.LOCK_FILE)
     assert [r.requirement for r in lock] == [p["requirement"] for p in built]
     assert [r.hashes for r in lock] == [(p["sha256"],) for p in built]
     assert len(lock) == 85
@@ -189,7 +191,7 @@ def test_a_bundle_already_built_here_matches_the_lock():
     if not man.is_file():
         pytest.skip("no bundle built in this checkout (.bundle/ is git-ignored)")
     packages = json.loads(man.read_text())["packages"]
-    locked = {r.requirement: r.hashes for r in bundle.read_lock(bundle.LOCK_FILE)}
+    locked = {r.requirement: r.hashes for r in read_lock(shipped.LOCK_FILE)}
     assert [p["requirement"] for p in packages] == list(locked)
     assert all(p["sha256"] in locked[p["requirement"]] for p in packages)
 
@@ -215,18 +217,18 @@ def test_the_lock_reader_refuses_malformed_lines(tmp_path, text, match):
     f = tmp_path / "lock.txt"
     f.write_text(text + "\n")
     with pytest.raises(bundle.LockError, match=match):
-        bundle.locked_requirements(f)
+        shipped.locked_requirements(f)
 
 
 def test_the_lock_reader_reads_continued_lines_and_several_hashes(tmp_path):
     f = tmp_path / "lock.txt"
     f.write_text("# header\nvllm==0.26.0 \\\n    --hash=sha256:" + HASH + " \\\n"
                  "    --hash=sha256:" + "1" * 64 + "\nother_pkg==2.0 --hash=sha256:" + HASH + "\n")
-    lock = bundle.read_lock(f)
+    lock = read_lock(f)
     assert [(r.requirement, r.line, len(r.hashes)) for r in lock] == [
         ("vllm==0.26.0", 2, 2), ("other_pkg==2.0", 5, 1)]
     with pytest.raises(bundle.LockError, match="cannot read the lock"):
-        bundle.read_lock(tmp_path / "absent.txt")
+        read_lock(tmp_path / "absent.txt")
 
 
 def _lock_for(tmp_path, wheels_dir, digest=None):
@@ -244,22 +246,22 @@ def test_pack_reads_the_lock_and_checks_every_wheels_hash(tmp_path, wheels):
     lock = _lock_for(tmp_path, wheels[0])
     man = _pack(tmp_path, wheels[0], requirements=None, lock=lock)
     assert [p["requirement"] for p in man["packages"]] == ["vllm==0.0.1", "fakepkg==1.0"]
-    assert [p["sha256"] for p in man["packages"]] == [r.hashes[0] for r in bundle.read_lock(lock)]
-    assert man["not_bundled"] == list(bundle.NOT_BUNDLED)
+    assert [p["sha256"] for p in man["packages"]] == [r.hashes[0] for r in read_lock(lock)]
+    assert man["not_bundled"] == list(shipped.NOT_BUNDLED)
     bad = _lock_for(tmp_path, wheels[0], digest=HASH)
     with pytest.raises(BundleError, match=r"vllm-0\.0\.1-py3-none-any\.whl: sha256 \w+ is not the one .*lock\.txt:1 locks"):
         _pack(tmp_path, wheels[0], requirements=None, lock=bad)
 
 
 def test_trim_rules_match_the_real_vllm_wheel():
-    whl = bundle.find_wheel(paths.CACHE_DIR / "wheels", bundle.locked_requirements()[0])
+    whl = shipped.find_wheel(paths.CACHE_DIR / "wheels", shipped.locked_requirements()[0])
     if whl is None:
         pytest.skip("vllm 0.26.0 wheel not in the cache (specdec bundle downloads it)")
     assert "cp38-abi3-manylinux_2_28_x86_64" in whl.name  # loads on CPython 3.12, glibc >= 2.28
-    trimmed = [n for n, _, trim in bundle._wheel_entries(whl, bundle.TRIMMED) if trim]
-    for rule in bundle.TRIMMED:
-        assert any(bundle._is_trimmed(n, [rule]) for n in trimmed), rule
-    kept = {n for n, _, trim in bundle._wheel_entries(whl, bundle.TRIMMED) if not trim}
+    trimmed = [n for n, _, trim in shipped.wheel_entries(whl, shipped.TRIMMED) if trim]
+    for rule in shipped.TRIMMED:
+        assert any(shipped.is_trimmed(n, [rule]) for n in trimmed), rule
+    kept = {n for n, _, trim in shipped.wheel_entries(whl, shipped.TRIMMED) if not trim}
     assert "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" in kept  # Hopper's attention stays
 
 

@@ -6,7 +6,7 @@ import zipfile
 import pytest
 import yaml
 
-from specdec import bundle, paths, profiles, runner, validate, workloads
+from specdec import bundle, paths, profiles, runner, validate, wheels, workloads
 
 QUICK = ["quick-baseline", "quick-ceiling-k", "quick-ceiling-batch", "quick-floor", "quick-ngram"]
 TP_QUICK = ["quick-baseline", "quick-ceiling", "quick-8b", "quick-ngram", "draft-tp1"]
@@ -152,7 +152,7 @@ def test_reference_profile_is_the_articles_setup():
 
 
 def _vllm_source(path):
-    whl = bundle.find_wheel(paths.CACHE_DIR / "wheels", bundle.locked_requirements()[0])
+    whl = wheels.find_wheel(paths.CACHE_DIR / "wheels", wheels.locked_requirements()[0])
     if whl is None:
         pytest.skip("vllm 0.26.0 wheel not cached")
     with zipfile.ZipFile(whl) as zf:

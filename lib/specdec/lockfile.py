@@ -3,7 +3,7 @@
 A lock is the subset of pip's requirements-file format that pins and hashes need (so ``pip
 install --require-hashes -r`` reads it too); :func:`read_lock` reads it strictly, naming the
 file and line of anything else. The offline bundle's lock is ``bundle/requirements-h200.txt``
-(:data:`specdec.bundle.LOCK_FILE`).
+(:data:`specdec.wheels.LOCK_FILE`).
 """
 from __future__ import annotations
 
