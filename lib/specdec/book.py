@@ -444,6 +444,14 @@ def compact(df, columns: Mapping[str, str], precision: int = 3):
     return out.style.hide(axis="index").format(precision=precision, na_rep="–")
 
 
+def glue_text(name: str, text: str) -> None:
+    """Glue plain text for another page to quote (``{glue:text}`chapters/x.ipynb::name:s```):
+    myst-nb pastes only plain text, HTML or images across documents, not Markdown."""
+    from myst_nb import glue
+
+    glue(name, str(text), display=False)
+
+
 def glue_md(name: str, text: str) -> None:
     """Glue a Markdown snippet (``{glue:md}`name``` in prose) without showing it here."""
     from IPython.display import Markdown

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from . import book, findings, metrics, model_configs, store, surface, theory
+from . import book, comparability, findings, metrics, model_configs, store, surface, theory
 from .profiles import ProfileError, load_profile
 
 
@@ -241,10 +241,14 @@ def what_if_draft(params: pd.DataFrame, candidates: Mapping[str, str]) -> tuple[
 # --------------------------------------------------------------------------- #
 def best_per_method(summary: pd.DataFrame) -> pd.DataFrame:
     """The fastest greedy speculative cell of each campaign, method and workload, ordered by
-    campaign, workload and speedup (fastest first)."""
+    campaign, workload and speedup (fastest first), with where its acceptance comes from
+    (``acceptance_origin``: reached, set, or random weights)."""
     spec = summary[(summary["method"] != "baseline") & summary["speedup"].notna()
                    & (summary["temperature"] == 0)]
     best = metrics.best_k_cells(spec, by=["profile", "method", "workload"])
+    # Say where each acceptance comes from: random weights make it an artefact, not a result.
+    best = best.assign(acceptance_origin=[comparability.cell_setting(r).acceptance_origin
+                                          for r in best.to_dict("records")])
     return best.sort_values(["profile", "workload", "speedup"], ascending=[True, True, False])
 
 

@@ -233,7 +233,7 @@ def _cell_name(row) -> str:
     if row["method"] == "baseline":
         return f"the baseline at batch {int(row['batch_size'])}"
     alpha = "" if pd.isna(row["acceptance_alpha"]) else f", α = {row['acceptance_alpha']:g}"
-    return (f"{row['method']} ($K = {int(row['num_speculative_tokens'])}${alpha}) at batch "
+    return (f"{row['method']} (K = {int(row['num_speculative_tokens'])}{alpha}) at batch "
             f"{int(row['batch_size'])}")
 
 
