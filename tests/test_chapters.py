@@ -95,9 +95,8 @@ def test_crossover_sentence_without_a_sweep():
     summ = _summary()
     summ["temperature"], summ["acceptance_alpha"] = 0.0, None
     sentence, clauses = chapters.crossover_sentence(summ)
-    assert clauses == ["draft (K = 1) on `p` pays at every measured batch, up to 1",
-                       "draft (K = 3) on `p` pays at every measured batch, up to 1",
-                       "draft (K = 5) on `p` pays at every measured batch, up to 1"]
+    assert clauses == [f"draft (K = {k}, w) on `p` pays at batch 1, the only batch measured"
+                       for k in (1, 3, 5)]
     assert sentence == "; ".join(clauses)
     sentence, clauses = chapters.crossover_sentence(summ[summ["method"] == "baseline"])
     assert clauses == [] and sentence.startswith("no campaign has a complete batch sweep")

@@ -124,14 +124,18 @@ def test_every_sentence_has_a_plain_answer_without_rows(summary, tmp_path):
 
 def test_crossover_sentences_name_each_case():
     cross = pd.DataFrame({
-        "profile": "p", "method": ["a", "b", "c"], "num_speculative_tokens": [2, 3, 4],
-        "last_paying_batch": [float("nan"), 4.0, 16.0],
-        "crossover_batch": [1.0, 8.0, float("nan")],
-        "crossover_ci_below_1": [True, True, None]})
-    a, b, c = findings.crossover_sentences(cross)
-    assert a == "a (K = 2) on `p` does not pay even at the smallest batch, 1"
-    assert b == "b (K = 3) on `p` pays up to batch 4 and stops paying at batch 8 (interval wholly below 1)"
-    assert c == "c (K = 4) on `p` pays at every measured batch, up to 16"
+        "profile": "p", "method": ["a", "b", "c", "d", "e"],
+        "num_speculative_tokens": [2, 3, 4, 5, 6], "workload": "w",
+        "batch_sizes": [[1, 4], [1, 4, 8], [1, 16], [1], [4]],
+        "last_paying_batch": [float("nan"), 4.0, 16.0, 1.0, float("nan")],
+        "crossover_batch": [1.0, 8.0, float("nan"), float("nan"), 4.0],
+        "crossover_ci_below_1": [True, True, None, None, False]})
+    a, b, c, d, e = findings.crossover_sentences(cross)
+    assert a == "a (K = 2, w) on `p` does not pay even at the smallest batch, 1"
+    assert b == "b (K = 3, w) on `p` pays up to batch 4 and stops paying at batch 8 (interval wholly below 1)"
+    assert c == "c (K = 4, w) on `p` pays at every measured batch, up to 16"
+    assert d == "d (K = 5, w) on `p` pays at batch 1, the only batch measured"
+    assert e == "e (K = 6, w) on `p` does not pay at batch 4, the only batch measured"
     assert findings.crossover_sentences(cross.iloc[:0]) == []
 
 

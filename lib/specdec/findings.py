@@ -177,11 +177,8 @@ def gpu_campaigns(root: Path | None = None) -> str:
     return text
 
 
-def batch_trend(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
-    """Whether the speedup at the largest measured batch is above or below the smallest's,
-    per configuration measured at several batch sizes."""
-    cells = reached_cells(summary, self_drafts)
-    cells = cells[cells["family"] != SELF_FAMILY]
+def _trend(cells: pd.DataFrame) -> tuple[int, int, list[str]]:
+    """(configurations lower at the largest batch, configurations, their descriptions)."""
     parts, lower, total = [], 0, 0
     for (p, m, k, w), g in cells.groupby(["profile", "method", "num_speculative_tokens",
                                           "workload"]):
@@ -191,16 +188,41 @@ def batch_trend(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
         first, last = g.iloc[0], g.iloc[-1]
         total += 1
         lower += bool(last["speedup"] < first["speedup"])
-        parts.append(f"{m} (K = {int(k)}) on `{p}`: {first['speedup']:.2f}× at batch "
+        parts.append(f"{m} (K = {int(k)}, {w}) on `{p}`: {first['speedup']:.2f}× at batch "
                      f"{int(first['batch_size'])}, {last['speedup']:.2f}× at batch "
                      f"{int(last['batch_size'])}")
+    return lower, total, parts
+
+
+def _trend_verdict(lower: int, total: int) -> str:
+    return ("lower at the largest batch than at the smallest in every configuration"
+            if lower == total else
+            "not lower at the largest batch in any configuration" if lower == 0 else
+            f"lower at the largest batch in {lower} of {total} configurations")
+
+
+def batch_trend(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
+    """Whether the speedup at the largest measured batch is above or below the smallest's,
+    per configuration measured at several batch sizes."""
+    cells = reached_cells(summary, self_drafts)
+    lower, total, parts = _trend(cells[cells["family"] != SELF_FAMILY])
     if total == 0:
         return "no configuration is measured at several batch sizes yet"
-    verdict = ("lower at the largest batch than at the smallest in every configuration"
-               if lower == total else
-               "not lower at the largest batch in any configuration" if lower == 0 else
-               f"lower at the largest batch in {lower} of {total} configurations")
-    return f"in our rows the speedup was {verdict} ({'; '.join(parts)})"
+    return f"in our rows the speedup was {_trend_verdict(lower, total)} ({'; '.join(parts)})"
+
+
+def batch_trend_at_the_ceiling(summary: pd.DataFrame) -> str:
+    """The same, for greedy cells whose acceptance random weights hold at the ceiling (every
+    draft token accepted, at every batch size): the batch's effect on the cost alone."""
+    spec = summary[(summary["method"] != "baseline") & summary["speedup"].notna()
+                   & (summary["temperature"] == 0) & (summary["acceptance_rate"] >= 0.99)]
+    origin = [comparability.cell_setting(r).acceptance_origin for r in spec.to_dict("records")]
+    lower, total, parts = _trend(spec[[o == comparability.RANDOM_WEIGHTS for o in origin]])
+    if total == 0:
+        return ("no configuration with acceptance held at the ceiling is measured at several "
+                "batch sizes yet")
+    return (f"with every draft token accepted at every batch size, the speedup was "
+            f"{_trend_verdict(lower, total)} ({'; '.join(parts)})")
 
 
 def sanity_bound_sentence(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
@@ -318,8 +340,11 @@ def crossover_sentences(crossover: pd.DataFrame) -> list[str]:
     pays and where it stops (read off the measured grid, no interpolation)."""
     parts = []
     for r in crossover.itertuples():
-        who = f"{r.method} (K = {r.num_speculative_tokens}) on `{r.profile}`"
-        if pd.notna(r.crossover_batch) and pd.isna(r.last_paying_batch):
+        who = f"{r.method} (K = {r.num_speculative_tokens}, {r.workload}) on `{r.profile}`"
+        if len(r.batch_sizes) == 1:
+            pays = "pays" if pd.isna(r.crossover_batch) else "does not pay"
+            parts.append(f"{who} {pays} at batch {r.batch_sizes[0]}, the only batch measured")
+        elif pd.notna(r.crossover_batch) and pd.isna(r.last_paying_batch):
             parts.append(f"{who} does not pay even at the smallest batch, "
                          f"{int(r.crossover_batch)}")
         elif pd.notna(r.crossover_batch):
