@@ -164,3 +164,46 @@ def test_harness_beside_the_peer_on_the_committed_runs(h200):
     sentence = peer.comparison_sentence(cmp)
     assert sentence.count("`bench latency`") == len(cmp)
     assert "not measured" in peer.comparison_sentence(cmp.iloc[0:0])
+
+
+# -- a published acceptance, read off the surface ---------------------------------------------- #
+def test_alpha_from_length_inverts_the_independent_model():
+    from specdec import theory
+    from specdec.claims import published
+
+    for alpha, k in ((0.0, 3), (0.65, 7), (0.9, 4), (1.0, 2)):
+        length = float(theory.expected_tokens_per_step(alpha, k))
+        assert published.alpha_from_length(length, k) == pytest.approx(alpha, abs=1e-6)
+    with pytest.raises(ValueError, match="impossible"):
+        published.alpha_from_length(5.0, 3)
+
+
+def test_published_file_loads_and_refuses_what_it_cannot_be(tmp_path):
+    from specdec.claims import published
+
+    entries = published.load()
+    assert entries and all(e.url.startswith("http") for e in entries)
+    good = ("- method: eagle3\n  checkpoint: x\n  target: y\n  dataset: MT-bench\n"
+            "  temperature: 1.0\n  k: 7\n  mean_acceptance_length: 2.5\n  source: s\n"
+            "  url: https://example.org\n")
+    f = tmp_path / "p.yaml"
+    f.write_text(good)
+    assert published.load(f)[0].k == 7
+    f.write_text(good.replace("2.5", "9.5"))
+    with pytest.raises(published.PublishedError, match="between 1 and K"):
+        published.load(f)
+    f.write_text(good.replace("dataset", "datset"))
+    with pytest.raises(published.PublishedError, match="datset"):
+        published.load(f)
+
+
+def test_speedup_at_interpolates_between_measured_alphas(h200):
+    at = h200[(h200["method"] == "eagle3") & (h200["num_speculative_tokens"] == 4)
+              & (h200["batch_size"] == 1) & h200["acceptance_alpha"].notna()]
+    curve = at.groupby("acceptance_alpha")["speedup"].median()
+    exact = surface.speedup_at(h200, "eagle3", 0.6, 4, 1)
+    assert exact["speedup"] == pytest.approx(curve[0.6])
+    mid = surface.speedup_at(h200, "eagle3", 0.65, 4, 1)
+    assert (mid["alpha_low"], mid["alpha_high"]) == (0.6, 0.7)
+    assert mid["speedup"] == pytest.approx((curve[0.6] + curve[0.7]) / 2)
+    assert math.isnan(surface.speedup_at(h200, "eagle3", 0.65, 4, 3)["speedup"])  # no batch 3

@@ -312,3 +312,45 @@ def dynamic_k_sentence(profile: str = "h200-surface",
             f"{dyn['dynamic_over_fixed'].median():.2f}× of the speed of the same fixed K "
             f"({dyn['dynamic_over_fixed'].min():.2f}× to {dyn['dynamic_over_fixed'].max():.2f}× "
             f"over {len(dyn)} cells; CUDA graph mode {modes} with a schedule)")
+
+
+# --------------------------------------------------------------------------- #
+# surface: the article's method table at a published acceptance
+# --------------------------------------------------------------------------- #
+def published_speedups(surface_df: pd.DataFrame, k: int,
+                       entries: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each published acceptance (:mod:`specdec.claims.published`) read off the measured
+    surface at ``k`` and every measured batch size: a measured cost at a stated acceptance."""
+    from .claims import published
+
+    pub = published.table() if entries is None else entries
+    rows = []
+    for e in pub.itertuples():
+        batches = surface_df.loc[surface_df["method"] == e.method, "batch_size"].unique()
+        for b in sorted(int(x) for x in batches):
+            r = surface.speedup_at(surface_df, e.method, e.implied_alpha, k, b)
+            rows.append({"method": e.method, "checkpoint": e.checkpoint, "dataset": e.dataset,
+                         "published_length": e.mean_acceptance_length, "published_k": e.k,
+                         "implied_alpha": e.implied_alpha, "batch_size": b,
+                         "speedup": r["speedup"], "alpha_low": r["alpha_low"],
+                         "alpha_high": r["alpha_high"]})
+    return pd.DataFrame(rows, columns=["method", "checkpoint", "dataset", "published_length",
+                                       "published_k", "implied_alpha", "batch_size", "speedup",
+                                       "alpha_low", "alpha_high"])
+
+
+def published_sentence(speedups: pd.DataFrame) -> str:
+    """Per method and dataset: the implied α and the speedup at the smallest and largest batch."""
+    done = speedups.dropna(subset=["speedup"])
+    if done.empty:
+        return "no published acceptance lies inside the measured surface yet"
+    parts = []
+    for (m, ds), g in done.groupby(["method", "dataset"], sort=False):
+        g = g.sort_values("batch_size")
+        first, last = g.iloc[0], g.iloc[-1]
+        at = f"{first['speedup']:.2f}× at batch {int(first['batch_size'])}"
+        if len(g) > 1:
+            at += f", {last['speedup']:.2f}× at batch {int(last['batch_size'])}"
+        parts.append(f"{m} on {ds} (mean acceptance length {first['published_length']:g} at "
+                     f"K = {int(first['published_k'])}, so α ≈ {first['implied_alpha']:.2f}): {at}")
+    return "; ".join(parts)
