@@ -150,3 +150,12 @@ def test_best_of_family_reads_reached_cells_of_that_family_only():
     assert "(draft-self," in findings.best_of_family(summ, findings.SELF_FAMILY)
     assert findings.best_of_family(summ, "EAGLE") == "*not measured*"
     assert findings.best_of_family(_summary(), "prompt lookup", missing="none") == "none"
+
+
+def test_batch_trends_without_rows_say_so():
+    empty = pd.DataFrame()
+    assert findings.batch_trend_at_the_ceiling(empty).startswith("no configuration")
+    assert findings.batch_trend_at_the_ceiling(
+        pd.DataFrame(columns=["profile", "method", "speedup", "temperature", "acceptance_rate",
+                              "num_speculative_tokens", "workload", "batch_size",
+                              "acceptance_alpha"])).startswith("no configuration")

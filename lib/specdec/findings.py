@@ -180,6 +180,8 @@ def gpu_campaigns(root: Path | None = None) -> str:
 def _trend(cells: pd.DataFrame) -> tuple[int, int, list[str]]:
     """(configurations lower at the largest batch, configurations, their descriptions)."""
     parts, lower, total = [], 0, 0
+    if cells.empty:  # no rows (an empty frame may lack the columns too)
+        return lower, total, parts
     for (p, m, k, w), g in cells.groupby(["profile", "method", "num_speculative_tokens",
                                           "workload"]):
         if g["batch_size"].nunique() < 2:
@@ -214,6 +216,9 @@ def batch_trend(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
 def batch_trend_at_the_ceiling(summary: pd.DataFrame) -> str:
     """The same, for greedy cells whose acceptance random weights hold at the ceiling (every
     draft token accepted, at every batch size): the batch's effect on the cost alone."""
+    if summary.empty:
+        return ("no configuration with acceptance held at the ceiling is measured at several "
+                "batch sizes yet")
     spec = summary[(summary["method"] != "baseline") & summary["speedup"].notna()
                    & (summary["temperature"] == 0) & (summary["acceptance_rate"] >= 0.99)]
     origin = [comparability.cell_setting(r).acceptance_origin for r in spec.to_dict("records")]
