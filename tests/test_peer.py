@@ -73,7 +73,8 @@ def test_merge_checks_every_file_and_load_reads_them(tmp_path):
     assert df.loc[0, "peer_latency_median_s"] == 0.5
     assert df.loc[0, "peer_tok_s"] == pytest.approx(1 * 128 / 0.5)
 
-    summary = pd.DataFrame({"cell_id": ["eagle3-k4-b1-x"], "tok_s_median": [230.4]})
+    summary = pd.DataFrame({"cell_id": ["eagle3-k4-b1-x"], "tok_s_median": [230.4],
+                            "tok_s_ci_low": [228.0], "tok_s_ci_high": [233.0]})
     cmp = peer.compare(df, summary)
     assert cmp.loc[0, "harness_over_peer"] == pytest.approx(230.4 / 256.0)
 

@@ -167,15 +167,16 @@ def test_harness_beside_the_peer_on_the_committed_runs(h200):
 
 
 # -- a published acceptance, read off the surface ---------------------------------------------- #
-def test_alpha_from_length_inverts_the_independent_model():
+def test_published_table_inverts_the_independent_model():
     from specdec import theory
     from specdec.claims import published
 
     for alpha, k in ((0.0, 3), (0.65, 7), (0.9, 4), (1.0, 2)):
         length = float(theory.expected_tokens_per_step(alpha, k))
-        assert published.alpha_from_length(length, k) == pytest.approx(alpha, abs=1e-6)
-    with pytest.raises(ValueError, match="impossible"):
-        published.alpha_from_length(5.0, 3)
+        assert theory.alpha_from_acceptance(length, k) == pytest.approx(alpha, abs=1e-6)
+    t = published.table()
+    back = [float(theory.expected_tokens_per_step(a, k)) for a, k in zip(t["implied_alpha"], t["k"])]
+    assert back == pytest.approx(t["mean_acceptance_length"].tolist(), abs=1e-6)
 
 
 def test_published_file_loads_and_refuses_what_it_cannot_be(tmp_path):

@@ -247,8 +247,7 @@ def best_per_method(summary: pd.DataFrame) -> pd.DataFrame:
                    & (summary["temperature"] == 0)]
     best = metrics.best_k_cells(spec, by=["profile", "method", "workload"])
     # Say where each acceptance comes from: random weights make it an artefact, not a result.
-    best = best.assign(acceptance_origin=[comparability.cell_setting(r).acceptance_origin
-                                          for r in best.to_dict("records")])
+    best = best.assign(acceptance_origin=comparability.acceptance_origins(best))
     return best.sort_values(["profile", "workload", "speedup"], ascending=[True, True, False])
 
 

@@ -183,6 +183,11 @@ def cell_setting(row: Mapping[str, Any], self_drafts=()) -> CellSetting:
     return CellSetting(row["profile"], prof.model, prof.hardware, method, acc, origin)
 
 
+def acceptance_origins(rows) -> list[str | None]:
+    """:attr:`CellSetting.acceptance_origin` of each row of a summary frame, in order."""
+    return [cell_setting(r).acceptance_origin for r in rows.to_dict("records")]
+
+
 # --------------------------------------------------------------------------- #
 # The rule
 # --------------------------------------------------------------------------- #

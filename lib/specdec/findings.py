@@ -43,18 +43,24 @@ def family(profile: str, method: str, self_drafts=SELF_DRAFTS) -> str:
     return FAMILIES.get(vllm_method, vllm_method or "no speculation")
 
 
-def reached_cells(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> pd.DataFrame:
-    """Greedy speculative cells with a speedup whose acceptance a draft reached, with a
-    ``family`` column."""
+def cells_by_origin(summary: pd.DataFrame, origin: str,
+                    self_drafts=SELF_DRAFTS) -> pd.DataFrame:
+    """Greedy speculative cells with a speedup whose acceptance has ``origin``
+    (:data:`comparability.REACHED`, ``SET`` or ``RANDOM_WEIGHTS``), with a ``family`` column."""
     if summary is None or summary.empty:
         empty = summary if summary is not None else pd.DataFrame(columns=_COLUMNS)
         return empty.iloc[:0].assign(family=pd.Series(dtype=object))
     df = summary[(summary["method"] != "baseline") & (summary["temperature"] == 0)
                  & (summary["speedup_status"] == "ok")]
-    origin = [comparability.cell_setting(r).acceptance_origin for r in df.to_dict("records")]
-    df = df[[o == comparability.REACHED for o in origin]]
+    df = df[[o == origin for o in comparability.acceptance_origins(df)]]
     return df.assign(family=[family(p, m, self_drafts) for p, m in zip(df["profile"],
                                                                         df["method"])])
+
+
+def reached_cells(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> pd.DataFrame:
+    """Greedy speculative cells with a speedup whose acceptance a draft reached, with a
+    ``family`` column."""
+    return cells_by_origin(summary, comparability.REACHED, self_drafts)
 
 
 def _pays(r) -> bool:
@@ -216,13 +222,8 @@ def batch_trend(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
 def batch_trend_at_the_ceiling(summary: pd.DataFrame) -> str:
     """The same, for greedy cells whose acceptance random weights hold at the ceiling (every
     draft token accepted, at every batch size): the batch's effect on the cost alone."""
-    if summary.empty:
-        return ("no configuration with acceptance held at the ceiling is measured at several "
-                "batch sizes yet")
-    spec = summary[(summary["method"] != "baseline") & summary["speedup"].notna()
-                   & (summary["temperature"] == 0) & (summary["acceptance_rate"] >= 0.99)]
-    origin = [comparability.cell_setting(r).acceptance_origin for r in spec.to_dict("records")]
-    lower, total, parts = _trend(spec[[o == comparability.RANDOM_WEIGHTS for o in origin]])
+    cells = cells_by_origin(summary, comparability.RANDOM_WEIGHTS)
+    lower, total, parts = _trend(cells[cells["acceptance_rate"] >= 0.99] if len(cells) else cells)
     if total == 0:
         return ("no configuration with acceptance held at the ceiling is measured at several "
                 "batch sizes yet")

@@ -44,8 +44,7 @@ def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
         # A lease may measure several profiles (a list); an engine is a (profile, method, K,
         # set/natural acceptance) start.
         names = e["profile"] if isinstance(e["profile"], list) else [e["profile"]]
-        runs = pd.concat([store.load_runs(n, root).assign(profile=n) for n in names],
-                         ignore_index=True)
+        runs = pd.concat([store.load_runs(n, root) for n in names], ignore_index=True)
         t = pd.to_datetime(runs["timestamp_utc"], utc=True)
         inside = runs[(runs["git_commit"] == e["commit"]) & (runs["status"] == "ok")
                       & (t >= pd.Timestamp(e["first_call_utc"]))

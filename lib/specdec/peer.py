@@ -221,7 +221,7 @@ def compare(peer_df: pd.DataFrame, summary_df: pd.DataFrame) -> pd.DataFrame:
             "peer_slowest_over_fastest", "peer_repeats", "peer_latency_median_s", "cell_id"]
     if peer_df.empty:
         return pd.DataFrame(columns=cols)
-    h = summary_df.reindex(columns=["cell_id", "tok_s_median", "tok_s_ci_low", "tok_s_ci_high"]).rename(
+    h = summary_df[["cell_id", "tok_s_median", "tok_s_ci_low", "tok_s_ci_high"]].rename(
         columns={"tok_s_median": "harness_tok_s"})
     df = peer_df.merge(h, on="cell_id", how="left")
     df["harness_over_peer"] = df["harness_tok_s"] / df["peer_tok_s"]

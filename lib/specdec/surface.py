@@ -223,22 +223,21 @@ def speedup_at(surface_df: pd.DataFrame, method: str, alpha: float, k: int,
     """The measured speedup of ``method`` at set acceptance ``alpha``, read off the surface
     between the two measured set α around it (linear; exact where α itself was measured).
 
-    Returns ``speedup`` (NaN where α lies outside the measured range), the bracketing
-    ``alpha_low``/``alpha_high`` and their speedups: a measured cost at a stated acceptance.
+    Returns ``speedup`` (NaN where α lies outside the measured range) and the bracketing
+    ``alpha_low``/``alpha_high``: a measured cost at a stated acceptance.
     """
     cells = surface_df[(surface_df["method"] == method)
                        & (surface_df["num_speculative_tokens"] == k)
                        & (surface_df["batch_size"] == batch_size)
                        & surface_df["acceptance_alpha"].notna() & surface_df["speedup"].notna()]
     curve = cells.groupby("acceptance_alpha")["speedup"].median().sort_index()
+    a, s = curve.index.to_numpy(dtype=float), curve.to_numpy(dtype=float)
     out = {"method": method, "k": k, "batch_size": batch_size, "alpha": alpha,
-           "speedup": float("nan"), "alpha_low": float("nan"), "alpha_high": float("nan"),
-           "speedup_low": float("nan"), "speedup_high": float("nan")}
-    below, above = curve[curve.index <= alpha], curve[curve.index >= alpha]
-    if below.empty or above.empty:
+           "speedup": float("nan"), "alpha_low": float("nan"), "alpha_high": float("nan")}
+    if not len(a) or not a[0] <= alpha <= a[-1]:
         return out
-    a0, s0, a1, s1 = below.index[-1], below.iloc[-1], above.index[0], above.iloc[0]
-    share = 0.0 if a1 == a0 else (alpha - a0) / (a1 - a0)
-    out.update(speedup=float(s0 + share * (s1 - s0)), alpha_low=float(a0), alpha_high=float(a1),
-               speedup_low=float(s0), speedup_high=float(s1))
+    hi = int(np.searchsorted(a, alpha))  # the first measured α at or above alpha
+    lo = hi if a[hi] == alpha else hi - 1
+    out.update(speedup=float(np.interp(alpha, a, s)), alpha_low=float(a[lo]),
+               alpha_high=float(a[hi]))
     return out

@@ -7,8 +7,8 @@ it with the source, and the surface is read at that acceptance: a *measured cost
 acceptance*, never a measurement of the head.
 
 Sources state a mean acceptance length (tokens per target step at some K); the surface is set
-by a per-token acceptance α. :func:`alpha_from_length` converts one into the other under
-Leviathan's independent model, an assumption every use must state.
+by a per-token acceptance α. :func:`specdec.theory.alpha_from_acceptance` converts one into
+the other under Leviathan's independent model, an assumption every use must state.
 """
 from __future__ import annotations
 
@@ -68,24 +68,9 @@ def load(path: Path | None = None) -> tuple[PublishedAcceptance, ...]:
                                        for line in error_lines(e, _File))) from None
 
 
-def alpha_from_length(length: float, k: int) -> float:
-    """The per-token acceptance α at which Leviathan's independent model gives ``length``
-    tokens per step with ``k`` draft tokens (bisection; the model is increasing in α)."""
-    if not 1.0 <= length <= k + 1:
-        raise ValueError(f"a mean acceptance length of {length} is impossible with K = {k}")
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if theory.expected_tokens_per_step(mid, k) < length:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
 def table(entries=None) -> pd.DataFrame:
-    """One row per entry with the implied α (:func:`alpha_from_length`)."""
+    """One row per entry with the implied α (:func:`specdec.theory.alpha_from_acceptance`)."""
     entries = load() if entries is None else entries
-    rows = [{**e.model_dump(), "implied_alpha": alpha_from_length(e.mean_acceptance_length, e.k)}
+    rows = [{**e.model_dump(), "implied_alpha": float(theory.alpha_from_acceptance(e.mean_acceptance_length, e.k))}
             for e in entries]
     return pd.DataFrame(rows, columns=list(PublishedAcceptance.model_fields) + ["implied_alpha"])
