@@ -14,6 +14,9 @@
 #   scripts/lease.sh train fit SECONDS            train every artifact within SECONDS, pack,
 #                                                 first 4 parts + index + logs to $OUT
 #   scripts/lease.sh train out N                  parts 4N..4N+3 (+ index) to $OUT
+#   scripts/lease.sh train install                the trained artifacts, the target and the
+#                                                 text sources where h200-trained finds them;
+#                                                 then `measure COMMIT SECONDS h200-trained ...`
 #
 # An EXPERIMENT written peer:NAME runs vLLM's own `bench latency` on NAME's cells (specdec.peer).
 # COMMIT is the committed, clean commit of the working tree that travelled (a copy has no
@@ -51,8 +54,11 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   fi
   . /tmp/env.sh
   # The travelled lib/ first: the bundle's copy of the study code must not shadow it.
-  export PYTHONPATH=$PWD/lib:$PYTHONPATH SPECDEC_COMMIT=$commit SPECDEC_DIRTY=0 \
+  export PYTHONPATH=$PWD/lib:${PYTHONPATH:-} SPECDEC_COMMIT=$commit SPECDEC_DIRTY=0 \
          VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+  # After `train install`: the carried text sources (as packages) and the trained artifacts.
+  [ -d /tmp/t/pkgs ] && export PYTHONPATH=${PYTHONPATH:-}:/tmp/t/pkgs \
+    SPECDEC_TRAINED_DIR=/tmp/trained SPECDEC_TRAINED_RECORDS=/tmp/trained/_records
   # Cells landed by earlier leases are done: start from them so the runner skips them.
   # Each profile is copied once, by the first call that names it, and dated back so that
   # only what this lease measures is newer than /tmp/lease-start and goes back.
@@ -118,14 +124,21 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   if [ ! -d /tmp/t/site ] && ls /tmp/t/gguf-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/t/site /tmp/t/gguf-*.whl
   fi
-  export PYTHONPATH=$PWD/lib:/tmp/t/site:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+  export PYTHONPATH=$PWD/lib:/tmp/t/site:${PYTHONPATH:-} VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 \
+         SPECDEC_TRAINED_DIR=/tmp/trained SPECDEC_TRAINED_RECORDS=/tmp/trained/_records
   echo "train-$sub-start $(stamp) $*" >> /tmp/lease.log
+  # Further arguments go to the step (a dry run here: data --limit 3, fit 60 --max-steps 1).
   case "$sub" in
-    data) python3 -m specdec.training.device data --carry /tmp/t --work /tmp/train 2>&1 \
+    data) python3 -m specdec.training.device data --carry /tmp/t --work /tmp/train "$@" 2>&1 \
             | grep --line-buffered -v "it/s\]$" | tee -a /tmp/train.log ;;
-    fit)  python3 -m specdec.training.device fit --work /tmp/train --out "$OUT" --seconds "${1:-420}" 2>&1 \
-            | tee -a /tmp/train.log ;;
+    fit)  python3 -m specdec.training.device fit --work /tmp/train --out "$OUT" --seconds "${1:-420}" \
+            "${@:2}" 2>&1 | tee -a /tmp/train.log ;;
     out)  python3 -m specdec.training.device out "${1:?N}" --work /tmp/train --out "$OUT" ;;
+    install) python3 -m specdec.training.device install --carry /tmp/t --work /tmp/train 2>&1 \
+            | tee -a /tmp/train.log
+          # the dry run resolves every artifact and workload before an engine starts
+          PYTHONPATH=${PYTHONPATH:-}:/tmp/t/pkgs python3 -m specdec.cli run h200-trained --dry-run 2>&1 \
+            | grep -v "^    " | tee -a /tmp/train.log ;;
     *) echo "unknown train step $sub"; exit 2 ;;
   esac
   echo "train-$sub-end $(stamp)" >> /tmp/lease.log

@@ -205,9 +205,12 @@ def test_profile_loads_and_refuses_missing_artifacts(monkeypatch, tmp_path):
         validate.preflight(prof)
 
 
-def test_dry_run_lists_cells_when_installed(monkeypatch, tmp_path):
+@pytest.mark.parametrize("name,engines", [
+    ("cpu-trained", ["engine medusa-k6 K=6", "engine eagle3 K=8"]),
+    ("h200-trained", ["engine medusa-k4 K=4", "engine draft-l6 K=8"])])
+def test_dry_run_lists_cells_when_installed(monkeypatch, tmp_path, name, engines):
     """With (config-only) artifacts in place the dry run passes and lists every cell."""
-    prof = profiles.load_profile("cpu-trained")
+    prof = profiles.load_profile(name)
     for d in prof.drafts:
         a = tmp_path / d.source.artifact
         a.mkdir()
@@ -217,13 +220,13 @@ def test_dry_run_lists_cells_when_installed(monkeypatch, tmp_path):
         (a / "config.json").write_text(json.dumps(cfg))
     monkeypatch.setenv("SPECDEC_TRAINED_DIR", str(tmp_path))
     env = {**os.environ, "PYTHONPATH": str(paths.ROOT / "lib")}
-    out = subprocess.run([sys.executable, "-m", "specdec.cli", "run", "cpu-trained", "--dry-run",
+    out = subprocess.run([sys.executable, "-m", "specdec.cli", "run", name, "--dry-run",
                           "--results-root", str(tmp_path / "res")], capture_output=True,
                          text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     n = len(profiles.expand(prof))
-    assert f"cpu-trained: {n} cells" in out.stdout
-    assert "engine medusa-k6 K=6" in out.stdout and "engine eagle3 K=8" in out.stdout
+    assert f"{name}: {n} cells" in out.stdout
+    assert all(e in out.stdout for e in engines), out.stdout
 
 
 # --------------------------------------------------------------------------- #

