@@ -129,7 +129,9 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   echo "train-$sub-start $(stamp) $*" >> /tmp/lease.log
   # Further arguments go to the step (a dry run here: data --limit 3, fit 60 --max-steps 1).
   case "$sub" in
-    data) python3 -m specdec.training.device data --carry /tmp/t --work /tmp/train "$@" 2>&1 \
+    # V1 runner: a float32 engine on the V2 runner hung at start (lease 2026-12-01-h200-4)
+    data) VLLM_USE_V2_MODEL_RUNNER=0 python3 -m specdec.training.device data --carry /tmp/t \
+            --work /tmp/train "$@" 2>&1 \
             | grep --line-buffered -v "it/s\]$" | tee -a /tmp/train.log ;;
     fit)  python3 -m specdec.training.device fit --work /tmp/train --out "$OUT" --seconds "${1:-420}" \
             "${@:2}" 2>&1 | tee -a /tmp/train.log ;;

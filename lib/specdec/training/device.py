@@ -139,6 +139,7 @@ def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int
     t0 = time.time()
     target = _target(carry, work)
     print(f"[data] target ready in {time.time() - t0:.0f}s", flush=True)
+    limit = limit or DATA.get("generated_prompts")
     prompts = data.read_prompts(carry / "prompts.jsonl")[:limit]
     t1 = time.time()
     dtype = DATA["dtype"]
@@ -147,7 +148,7 @@ def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int
                              dtype=dtype, seed=DATA["seed"], ignore_eos=DATA["ignore_eos"],
                              gpu_memory_utilization=gpu_memory_utilization)
     except Exception as e:  # noqa: BLE001 - an attention backend without float32: say so, go on
-        print(f"[data] float32 generation failed ({type(e).__name__}: {str(e)[-300:]}); "
+        print(f"[data] {dtype} generation failed ({type(e).__name__}: {str(e)[-300:]}); "
               f"retrying in bfloat16", flush=True)
         dtype = "bfloat16"
         seqs = data.generate(str(target), prompts, max_tokens or DATA["max_tokens"],
@@ -155,6 +156,7 @@ def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int
                              gpu_memory_utilization=gpu_memory_utilization)
     meta = json.loads((carry / "split.json").read_text())
     meta["generation"] = {**DATA, "dtype": dtype, "max_tokens": max_tokens or DATA["max_tokens"],
+                          "prompts": len(prompts),
                           "seconds": round(time.time() - t1, 1), "engine": _vllm_version()}
     out = work / "data" / "sequences.npz"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -54,6 +54,10 @@ RECIPES: dict[str, dict] = {
 #: are exposed as one directory per K, sharing the weights (vLLM skips the unused heads).
 MEDUSA_KS = [1, 2, 3, 4, 6, 8]
 
-#: The data recipe (data.py): how many training prompts, continuation length.
-DATA = {"train_prompts": 4096, "max_prompt_tokens": 256, "max_tokens": 256,
-        "dtype": "float32", "seed": 0, "ignore_eos": False}
+#: The data recipe (data.py): how many training prompts travel, how many are continued, the
+#: continuation length. As run in the training lease 2026-12-01-h200-4: a float32 engine on
+#: vLLM 0.26's V2 model runner never got past "Using V2 Model Runner" in 9 minutes, so the
+#: data were generated in bfloat16 on the V1 runner (lease.sh sets VLLM_USE_V2_MODEL_RUNNER=0),
+#: from the first 2048 of the 4096 carried prompts, to keep the lease's time for training.
+DATA = {"train_prompts": 4096, "generated_prompts": 2048, "max_prompt_tokens": 256,
+        "max_tokens": 256, "dtype": "bfloat16", "seed": 0, "ignore_eos": False}
