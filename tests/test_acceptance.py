@@ -1,0 +1,114 @@
+"""specdec.acceptance: the tables of the chapter on real acceptance, on hand-made summaries."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specdec import acceptance, theory
+
+
+def _row(profile, method, k, workload, t, rate, per_pos, **extra):
+    return {"profile": profile, "method": method, "num_speculative_tokens": k,
+            "workload": workload, "temperature": t, "acceptance_rate": rate,
+            "mean_acceptance_length": 1 + k * rate, "accepted_per_pos_rate": per_pos,
+            "draft_weight_bytes": 8e6, "acceptance_alpha": np.nan, **extra}
+
+
+@pytest.fixture()
+def summary():
+    rows = [
+        _row("h200-trained", "eagle3", 4, "mtbench", 0.0, 0.20, [0.4, 0.2, 0.1, 0.1]),
+        _row("h200-trained", "eagle3", 4, "humaneval", 0.0, 0.10, [0.2, 0.1, 0.05, 0.05]),
+        _row("h200-trained", "eagle3", 4, "mtbench", 0.7, 0.15, [0.3, 0.15, 0.1, 0.05]),
+        _row("h200-trained", "eagle", 4, "mtbench", 0.0, 0.05, [0.1, 0.05, 0.03, 0.02]),
+        _row("cpu-trained", "eagle3", 4, "mtbench", 0.0, 0.18, [0.36, 0.18, 0.1, 0.08]),
+        {"profile": "h200-trained", "method": "baseline", "num_speculative_tokens": 0,
+         "workload": "mtbench", "temperature": 0.0, "acceptance_rate": np.nan},
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_per_position_gives_the_conditional_rates(summary):
+    pos = acceptance.per_position(summary)
+    one = pos[(pos["setting"].str.startswith("H200")) & (pos["method"] == "eagle3")
+              & (pos["workload"] == "mtbench") & (pos["temperature"] == 0)]
+    assert one["rate"].tolist() == [0.4, 0.2, 0.1, 0.1]
+    assert one["conditional"].round(6).tolist() == [0.4, 0.5, 0.5, 1.0]
+    assert "baseline" not in set(pos["method"])
+
+
+def test_cpu_against_gpu_pairs_the_same_cell(summary):
+    both = acceptance.cpu_vs_gpu(summary)
+    assert len(both) == 1 and both.iloc[0]["method"] == "eagle3"
+    assert both.iloc[0]["difference"] == pytest.approx(0.02)
+    assert "+2.0%" in acceptance.agreement_sentence(both)
+    assert acceptance.agreement_sentence(both.iloc[0:0]).startswith("no cell")
+
+
+def test_ranking_and_temperature(summary):
+    rank = acceptance.ranking(summary, "h200-trained", 4)
+    assert rank["method"].tolist() == ["eagle3", "eagle"]
+    assert rank.iloc[0]["acceptance"] == pytest.approx(0.15)
+    assert acceptance.ranking_sentence(rank).startswith("eagle3 15% (10%–20%)")
+    temp = acceptance.temperature_effect(summary)
+    assert temp[["T = 0", "T = 0.7"]].values.tolist() == [[0.2, 0.15]]
+
+
+def test_beside_the_article_never_gives_a_verdict_across_settings(summary):
+    table = acceptance.beside_the_article(summary, ["C30", "C29", "C7"]).set_index("claim")
+    # eagle rows: same vLLM method as C30, everything else differs
+    assert table.loc["C30", "our methods"] == "eagle"
+    assert table.loc["C30", "outcome"] == "our figure in our setting"
+    assert "model smollm2-135m" in table.loc["C30", "what differs"]
+    assert table.loc["C29", "outcome"] == "no trained method of this kind measured"
+    assert table.loc["C7", "article acceptance"] == pytest.approx(0.68)
+
+
+def test_on_the_surface_reads_the_measured_curve(summary):
+    surface_df = pd.DataFrame({
+        "method": ["eagle3", "eagle3", "eagle"], "num_speculative_tokens": [4, 4, 4],
+        "batch_size": [1, 1, 1], "acceptance_alpha": [0.0, 1.0, 0.5],
+        "speedup": [0.5, 2.5, 1.0]})
+    est = acceptance.on_the_surface(summary, surface_df, k=4).set_index("method")
+    alpha = float(theory.alpha_from_rate(0.15, 4))
+    assert est.loc["eagle3", "alpha"] == pytest.approx(alpha)
+    assert est.loc["eagle3", "speedup"] == pytest.approx(0.5 + 2.0 * alpha)
+    assert np.isnan(est.loc["eagle", "speedup"])  # one measured α: nothing to read between
+    assert "eagle3 (α ≈" in acceptance.surface_sentence(est.reset_index())
+
+
+def test_adaptive_simulation_uses_the_longest_measured_profile(summary):
+    q, where = acceptance.conditional_profile(summary, "eagle3")
+    # the CPU's profile comes first when both machines measured the same K
+    assert where.startswith("CPU") and q[0] == pytest.approx(0.36)
+    surface_df = pd.DataFrame({
+        "method": ["baseline"] + ["eagle3"] * 3, "batch_size": [1] * 4,
+        "num_speculative_tokens": [0, 1, 2, 4], "step_ms": [np.nan, 11.0, 12.0, 14.0],
+        "tpot_ms_median": [10.0, np.nan, np.nan, np.nan]})
+    sim = acceptance.simulate_adaptive(summary, surface_df, n_steps=2000)
+    assert sim["method"].tolist() == ["eagle3"]
+    assert 1 <= sim.iloc[0]["best fixed K"] <= 8
+    assert sim.iloc[0]["adaptive / best fixed"] <= 1.05
+    assert "(simulated)" in acceptance.adaptive_sentence(sim)
+
+
+def test_artifact_table_and_data_sentence_read_the_records(tmp_path):
+    art = tmp_path / "smollm2-eagle"
+    art.mkdir()
+    (art / "manifest.json").write_text(json.dumps({
+        "method": "eagle", "trained_params": 4.2e6, "weights_bytes": 8.4e6,
+        "run": {"steps": 10, "train_s": 5.0, "stopped_by": "max_steps", "device_name": "cpu",
+                "final_eval": {"loss": 1.5, "acc1": 0.4}},
+        "data_sha256": "ab" * 32, "files": {"model.safetensors": "cd" * 32}}))
+    table = acceptance.artifact_table(tmp_path)
+    assert table["artifact"].tolist() == ["smollm2-eagle"]
+    assert table.iloc[0]["agreement at position 1"] == 0.4
+    (tmp_path / "_data").mkdir()
+    (tmp_path / "_data" / "sequences.npz.json").write_text(json.dumps({
+        "sequences": 3, "completion_tokens": 30, "data_sha256": "ef" * 32,
+        "generation": {"max_tokens": 10, "engine": "0.26.0", "dtype": "bfloat16", "seconds": 1.0},
+        "heldout": {"count": 256, "sha256": "01" * 32}}))
+    assert acceptance.data_sentence(tmp_path).startswith("3 greedy continuations")
