@@ -171,12 +171,9 @@ def surface_sentence(est: pd.DataFrame) -> str:
         return "no trained method's acceptance lies inside the measured surface yet"
     parts = []
     for m, g in done.groupby("method", sort=False):
-        g = g.sort_values("batch_size")
-        a, z = g.iloc[0], g.iloc[-1]
-        at = f"{a['speedup']:.2f}× at batch {int(a['batch_size'])}"
-        if len(g) > 1:
-            at += f", {z['speedup']:.2f}× at batch {int(z['batch_size'])}"
-        parts.append(f"{m} (α ≈ {a['alpha']:.2f}, read as `{a['surface method']}`): {at}")
+        a = g.iloc[0]
+        parts.append(f"{m} (α ≈ {a['alpha']:.2f}, read as `{a['surface method']}`): "
+                     f"{surface.speedups_over_batch(g)}")
     return "; ".join(parts)
 
 

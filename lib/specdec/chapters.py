@@ -345,11 +345,7 @@ def published_sentence(speedups: pd.DataFrame) -> str:
         return "no published acceptance lies inside the measured surface yet"
     parts = []
     for (m, ds), g in done.groupby(["method", "dataset"], sort=False):
-        g = g.sort_values("batch_size")
-        first, last = g.iloc[0], g.iloc[-1]
-        at = f"{first['speedup']:.2f}× at batch {int(first['batch_size'])}"
-        if len(g) > 1:
-            at += f", {last['speedup']:.2f}× at batch {int(last['batch_size'])}"
+        first, at = g.iloc[0], surface.speedups_over_batch(g)
         parts.append(f"{m} on {ds} (mean acceptance length {first['published_length']:g} at "
                      f"K = {int(first['published_k'])}, so α ≈ {first['implied_alpha']:.2f}): {at}")
     return "; ".join(parts)

@@ -241,3 +241,14 @@ def speedup_at(surface_df: pd.DataFrame, method: str, alpha: float, k: int,
     out.update(speedup=float(np.interp(alpha, a, s)), alpha_low=float(a[lo]),
                alpha_high=float(a[hi]))
     return out
+
+
+def speedups_over_batch(readings: pd.DataFrame) -> str:
+    """"S× at batch b" at the smallest and the largest batch of :func:`speedup_at` readings of
+    one method (one reading: one clause)."""
+    g = readings.sort_values("batch_size")
+    first, last = g.iloc[0], g.iloc[-1]
+    text = f"{first['speedup']:.2f}× at batch {int(first['batch_size'])}"
+    if len(g) > 1:
+        text += f", {last['speedup']:.2f}× at batch {int(last['batch_size'])}"
+    return text
