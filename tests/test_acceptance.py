@@ -112,3 +112,11 @@ def test_artifact_table_and_data_sentence_read_the_records(tmp_path):
         "generation": {"max_tokens": 10, "engine": "0.26.0", "dtype": "bfloat16", "seconds": 1.0},
         "heldout": {"count": 256, "sha256": "01" * 32}}))
     assert acceptance.data_sentence(tmp_path).startswith("3 greedy continuations")
+
+
+def test_model_free_against_trained():
+    rank = pd.DataFrame({"method": ["ngram", "eagle3", "suffix"],
+                         "acceptance": [0.5, 0.14, 0.45]})
+    assert acceptance.model_free_sentence(rank).startswith(
+        "the best model-free proposer, ngram, accepts more than the best trained one, eagle3 (50% against 14%")
+    assert acceptance.model_free_sentence(rank[rank["method"] != "eagle3"]).startswith("not measured beside")

@@ -317,3 +317,22 @@ def adaptive_sentence(sim: pd.DataFrame) -> str:
                      f"{g['best fixed K'].max()}; the policy's mean K {g['adaptive mean K'].min():.1f} "
                      f"to {g['adaptive mean K'].max():.1f})")
     return "; ".join(parts) + " (simulated)"
+
+
+#: Proposers that need no trained model.
+MODEL_FREE = ("ngram", "suffix")
+
+
+def model_free_sentence(rank: pd.DataFrame) -> str:
+    """The best model-free proposer against the best trained head or draft of one ranking."""
+    if rank.empty:
+        return "not measured yet"
+    free = rank[rank["method"].isin(MODEL_FREE)]
+    trained = rank[~rank["method"].isin(MODEL_FREE)]
+    if free.empty or trained.empty:
+        return "not measured beside each other yet"
+    f, t = free.iloc[0], trained.iloc[0]
+    verb = "more" if f["acceptance"] > t["acceptance"] else "less"
+    return (f"the best model-free proposer, {f['method']}, accepts {verb} than the best trained "
+            f"one, {t['method']} ({f['acceptance']:.0%} against {t['acceptance']:.0%}, mean over "
+            f"the workloads)")
