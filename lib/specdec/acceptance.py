@@ -39,8 +39,7 @@ def artifact_table(root: Path | None = None) -> pd.DataFrame:
 
     rows = []
     for name in RECIPES:
-        man = (artifacts._read(Path(root) / name / artifacts.MANIFEST) if root
-               else artifacts.manifest(name))
+        man = artifacts.manifest(name, root)
         if man is None:
             continue
         run, ev = man.get("run", {}), man.get("run", {}).get("final_eval", {})

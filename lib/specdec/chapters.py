@@ -262,7 +262,7 @@ def prediction_grid_table(cost_ratios: Sequence[float], alpha: float,
         "predicted_speedup": f"speedup at α = {alpha:g}, best K (prediction)"})
 
 
-def _surface_table(profile: str, results_root: Path | str | None) -> pd.DataFrame | None:
+def surface_table(profile: str, results_root: Path | str | None) -> pd.DataFrame | None:
     """:func:`surface.table` of every stored row of a surface profile; None without rows."""
     runs = store.load_runs(profile, root=Path(results_root) if results_root else None)
     if runs.empty:
@@ -278,7 +278,7 @@ def measured_break_even(profile: str = "h200-surface", k: int = 4,
     The sentence orders the methods from the least demanding to the most; the table is
     empty where the profile has no rows.
     """
-    table = _surface_table(profile, results_root)
+    table = surface_table(profile, results_root)
     if table is None:
         return f"No rows of `{profile}` are stored yet.", pd.DataFrame()
     be = surface.break_even(table[table["num_speculative_tokens"].isin([0, k])])
@@ -299,7 +299,7 @@ def dynamic_k_sentence(profile: str = "h200-surface",
                        results_root: Path | str | None = None) -> str:
     """vLLM's dynamic K against the same fixed K on a stored surface
     (:func:`surface.dynamic_vs_fixed`), in one sentence; says so where nothing is stored."""
-    table = _surface_table(profile, results_root)
+    table = surface_table(profile, results_root)
     pairs = surface.dynamic_k_methods(load_profile(profile))
     if table is None or not pairs:
         return f"vLLM's dynamic K has not been measured in `{profile}` yet."

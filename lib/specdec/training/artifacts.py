@@ -56,8 +56,11 @@ def _read(p: Path) -> dict | None:
         return None
 
 
-def manifest(name: str) -> dict | None:
-    """The committed record's manifest, else the one beside the files (tests, fresh runs)."""
+def manifest(name: str, records: Path | None = None) -> dict | None:
+    """The manifest in ``records`` only, if given; else the committed record's, else the one
+    beside the files (tests, fresh runs)."""
+    if records is not None:
+        return _read(Path(records) / name / MANIFEST)
     return _read(records_root() / name / MANIFEST) or _read(trained_root() / name / MANIFEST)
 
 
