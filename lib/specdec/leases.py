@@ -7,7 +7,9 @@ of the lease's profile (or profiles), matched by that commit and the lease's tim
 - ``cells``: cells with a row stamped inside the window;
 - ``engines``: distinct engine starts (one per (method, K, set/natural acceptance));
 - ``engine_start_s``: seconds spent starting those engines (``engine_start_s`` of the rows);
-- ``cells_per_device_minute``: cells / (device seconds / 60).
+- ``cells_per_device_minute``: cells / (device seconds / 60);
+- ``other work``: what the lease did besides measuring cells (its ``training:`` entry: a
+  training lease spends most of its time on data and training, which no row counts).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from . import paths, store
 
 LEASES_PATH = paths.DATA_DIR / "leases" / "leases.yaml"
 COLUMNS = ["lease", "device", "profile", "commit", "device_held_s", "calls", "cells", "engines",
-           "engine_start_s", "cells_per_device_minute"]
+           "engine_start_s", "cells_per_device_minute", "other work"]
 
 
 def load(path: Path | None = None) -> list[dict]:
@@ -57,5 +59,6 @@ def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
                      "commit": e["commit"][:10], "device_held_s": float(e["device_held_s"]),
                      "calls": int(e["calls"]), "cells": cells, "engines": len(starts),
                      "engine_start_s": float(sum(starts)),
-                     "cells_per_device_minute": cells / (float(e["device_held_s"]) / 60)})
+                     "cells_per_device_minute": cells / (float(e["device_held_s"]) / 60),
+                     "other work": "data and training of heads and drafts" if e.get("training") else ""})
     return pd.DataFrame(rows, columns=COLUMNS)
