@@ -120,3 +120,11 @@ def test_model_free_against_trained():
     assert acceptance.model_free_sentence(rank).startswith(
         "the best model-free proposer, ngram, accepts more than the best trained one, eagle3 (50% against 14%")
     assert acceptance.model_free_sentence(rank[rank["method"] != "eagle3"]).startswith("not measured beside")
+
+
+def test_longest_profiles_keep_each_methods_largest_k(summary):
+    extra = pd.DataFrame([_row("h200-trained", "eagle", 8, "mtbench", 0.0, 0.05, [0.1] * 8)])
+    pos = acceptance.longest_profiles(acceptance.per_position(pd.concat([summary, extra])))
+    h200 = pos[pos["setting"].str.startswith("H200") & (pos["temperature"] == 0)]
+    assert set(h200.loc[h200["method"] == "eagle", "K"]) == {8}
+    assert set(h200.loc[h200["method"] == "eagle3", "K"]) == {4}

@@ -84,6 +84,15 @@ def per_position(summary: pd.DataFrame) -> pd.DataFrame:
                                        "position", "rate", "conditional"])
 
 
+def longest_profiles(pos: pd.DataFrame) -> pd.DataFrame:
+    """:func:`per_position` rows at each method's largest measured K (per setting and
+    temperature): the longest per-position profile of every method."""
+    if pos.empty:
+        return pos
+    kmax = pos.groupby(["setting", "temperature", "method"])["K"].transform("max")
+    return pos[pos["K"] == kmax]
+
+
 def cpu_vs_gpu(summary: pd.DataFrame) -> pd.DataFrame:
     """Temperature-0 acceptance of the same cell (method, K, workload) on both machines."""
     s = speculative(summary)

@@ -9,7 +9,7 @@ from .plots import _figure, _no_data, caption, method_palette
 
 
 def acceptance_by_method(df: pd.DataFrame, k: int,
-                         title: str = "Acceptance of each trained method") -> Figure:
+                         title: str = "Acceptance of each method") -> Figure:
     """Bars of the acceptance rate (%) per method and workload at one K, one panel per
     sampling temperature. Input: summarize rows of one campaign (acceptance.speculative)."""
     d = pd.DataFrame() if df is None else df[df["num_speculative_tokens"] == k]
@@ -39,14 +39,15 @@ def acceptance_by_method(df: pd.DataFrame, k: int,
         ax.set_title(f"temperature {t:g}")
         ax.set_xlabel("workload")
     axes[0].set_ylabel("acceptance rate (accepted / draft tokens, %)")
-    axes[-1].legend(loc="best")
+    axes[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return fig
 
 
 def conditional_by_position(long: pd.DataFrame,
                             title: str = "Acceptance at each draft position, given the earlier ones") -> Figure:
     """Conditional acceptance (%) against draft position, one line per method, mean over
-    workloads (acceptance.per_position rows of one setting, temperature and K)."""
+    workloads (acceptance.per_position rows of one setting and temperature, one K per method:
+    acceptance.longest_profiles)."""
     fig, ax = _figure(title, pd.DataFrame(), "draft position (1 = first draft token)",
                       "accepted, given every earlier position was (%)")
     if long is None or long.empty:
@@ -58,5 +59,5 @@ def conditional_by_position(long: pd.DataFrame,
         ax.plot(g["position"], 100 * g["conditional"], marker="o", color=colours[m], label=m)
     ax.set_ylim(-2, 102)
     ax.set_xticks(sorted(mean["position"].unique()))
-    ax.legend(loc="best")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return fig
