@@ -193,6 +193,24 @@ def test_train_status_lists_every_recipe(monkeypatch, tmp_path, capsys):
     assert all(f"{n}" in out for n in RECIPES) and "not trained" in out
 
 
+def test_retraining_repeats_the_recorded_steps(tmp_path):
+    """recipes.as_recorded: the committed records' steps, no time budget; nothing recorded is
+    an error, not an empty retraining."""
+    from specdec.training.recipes import as_recorded
+
+    rec = as_recorded(paths.DATA_DIR / "trained")
+    for name, r in rec.items():
+        man = json.loads((paths.DATA_DIR / "trained" / name / "manifest.json").read_text())
+        assert r["max_steps"] == man["run"]["steps"] and r["time_budget_s"] == 0
+        assert {k: v for k, v in r.items() if k not in ("max_steps", "time_budget_s")} == \
+            {k: v for k, v in RECIPES[name].items() if k not in ("max_steps", "time_budget_s")}
+    (tmp_path / "smollm2-eagle").mkdir()
+    (tmp_path / "smollm2-eagle" / "manifest.json").write_text(json.dumps({"run": {"steps": 7}}))
+    assert list(as_recorded(tmp_path)) == ["smollm2-eagle"]
+    with pytest.raises(FileNotFoundError, match="no recorded artifact"):
+        as_recorded(tmp_path / "nothing")
+
+
 def test_profile_loads_and_refuses_missing_artifacts(monkeypatch, tmp_path):
     prof = profiles.load_profile("cpu-trained")
     methods = {m.name for m in prof.methods}

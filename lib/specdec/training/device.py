@@ -174,14 +174,20 @@ def _vllm_version() -> str | None:
         return None
 
 
-def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None) -> dict:
+def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None,
+             as_recorded: Path | None = None) -> dict:
+    """Train within ``seconds``; with ``as_recorded`` (``data/trained``), repeat the recorded
+    runs step for step instead (:func:`recipes.as_recorded`; no time budget)."""
     from . import train
+    from .recipes import as_recorded as recorded_recipes
 
     t0 = time.time()
-    names = list(names or RECIPES)
+    recipes = recorded_recipes(as_recorded) if as_recorded else None
+    names = list(names or (recipes or RECIPES))
     target = work / "target"
     res = train.train_all(names, str(target), work / "data" / "sequences.npz", work / "artifacts",
-                          max_steps=max_steps, deadline=t0 + seconds - 40)
+                          max_steps=max_steps, recipes=recipes,
+                          deadline=None if recipes else t0 + seconds - 40)
     (work / "fit.json").write_text(json.dumps(res, indent=2, sort_keys=True, default=str))
     extra = {"data/sequences.npz": work / "data" / "sequences.npz",
              "data/sequences.npz.json": work / "data" / "sequences.npz.json",
@@ -244,11 +250,13 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--only", action="append", help="only these artifacts (repeatable)")
+    ap.add_argument("--as-recorded", type=Path, default=None,
+                    help="fit: repeat the runs recorded in this folder (data/trained) step for step")
     a = ap.parse_args(argv)
     if a.step == "data":
         step_data(a.carry, a.work, a.max_tokens, a.limit)
     elif a.step == "fit":
-        step_fit(a.work, a.out, a.seconds, a.only, a.max_steps)
+        step_fit(a.work, a.out, a.seconds, a.only, a.max_steps, a.as_recorded)
     elif a.step == "out":
         step_out(a.work, a.out, a.n)
     else:

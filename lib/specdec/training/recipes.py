@@ -61,3 +61,23 @@ MEDUSA_KS = [1, 2, 3, 4, 6, 8]
 #: from the first 2048 of the 4096 carried prompts, to keep the lease's time for training.
 DATA = {"train_prompts": 4096, "generated_prompts": 2048, "max_prompt_tokens": 256,
         "max_tokens": 256, "dtype": "bfloat16", "seed": 0, "ignore_eos": False}
+
+
+def as_recorded(records: "Path") -> dict[str, dict]:
+    """The recipes of the artifacts recorded in ``records`` (``data/trained``), each capped at
+    the steps its recorded run took and without a time budget: a retraining that repeats the
+    recorded one step for step, to check that acceptance reproduces. (The recorded runs were
+    stopped by time; their learning-rate schedule followed elapsed time, the retraining's
+    follows steps: close, not identical.)"""
+    import json
+    from pathlib import Path
+
+    out = {}
+    for name, recipe in RECIPES.items():
+        f = Path(records) / name / "manifest.json"
+        if f.is_file():
+            steps = json.loads(f.read_text())["run"]["steps"]
+            out[name] = {**recipe, "max_steps": int(steps), "time_budget_s": 0}
+    if not out:
+        raise FileNotFoundError(f"{records}: no recorded artifact ({', '.join(RECIPES)})")
+    return out
