@@ -193,3 +193,13 @@ def test_browser_check_catches_broken_images_and_tracebacks(chromium, tmp_path):
     assert report["title"] == "Bad page"
     assert report["broken"] == ["no_such_figure.png"]
     assert report["traceback"] is True
+
+
+def test_pending_sentence_counts_what_is_not_measured(tmp_path):
+    from specdec import profiles as P
+
+    n = len(P.expand(P.load_profile("h200-trained")))
+    empty = book.pending_sentence(["h200-trained"], tmp_path)
+    assert empty.startswith(f"Not measured yet: `h200-trained` {n} of {n} cells (`trained-k4`")
+    stored = book.pending_sentence(["h200-trained"])  # the committed rows: fewer are missing
+    assert stored != empty and "h200-trained" in stored

@@ -335,6 +335,28 @@ def missing_note(data: ChapterData, profile: str | None = None) -> str:
     return f"**Missing data for {what}.**\n\n" + "\n".join(lines)
 
 
+def pending_sentence(profiles: Sequence[str], results_root: str | Path | None = None) -> str:
+    """Markdown: how many cells of each profile are not measured yet, and in which experiments
+    (what `specdec status <profile>` lists), or that every cell is measured."""
+    from . import runner
+    from .profiles import load_profile
+
+    root = Path(results_root) if results_root is not None else None
+    parts = []
+    for name in profiles:
+        st = runner.status(load_profile(name), results_root=root)
+        total = st.pop("(all)")
+        left = total["missing"] + total["failed"]
+        if left:
+            exps = [e for e, c in st.items() if c["missing"] + c["failed"]]
+            parts.append(f"`{name}` {left} of {sum(total.values())} cells "
+                         f"({', '.join(f'`{e}`' for e in exps)})")
+    if not parts:
+        return "Every cell of these campaigns is measured."
+    return ("Not measured yet: " + "; ".join(parts)
+            + ". `specdec status <profile>` lists them; they run with the same commands.")
+
+
 def figures(data: ChapterData, draw, caption: str, rows=None) -> list:
     """Show one figure per campaign of the chapter that has rows, each with its caption.
 
