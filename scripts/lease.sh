@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # One device lease, in steps that each fit one call of the device tool (book/reproduce.md §5).
 #
-#   scripts/lease.sh receive                      copy the carried bundle parts to /tmp/b
+#   scripts/lease.sh receive                      copy what this call carried: bundle parts to
+#                                                 /tmp/b, compile-cache parts to /tmp/vc,
+#                                                 .train-carry/ to /tmp/t, the parts of a
+#                                                 recorded training (.train-out/LEASE/) to
+#                                                 /tmp/t/recorded
 #   scripts/lease.sh measure COMMIT SECONDS PROFILE EXPERIMENT...
 #                                                 unpack once, then run the experiments in
 #                                                 order until SECONDS have passed; results,
 #                                                 log and the lease record go to $OUT
 #   scripts/lease.sh cache [N]                    vLLM's compile cache in 15 MB parts, 4 per call:
 #                                                 parts 4N..4N+3 to $OUT
-#   scripts/lease.sh train receive                copy the carried .train-carry/ files to /tmp/t
+#   scripts/lease.sh train receive                the same as receive
 #   scripts/lease.sh train data                   target from the carried GGUF, its greedy
 #                                                 continuations of the prompts (vLLM)
 #   scripts/lease.sh train fit SECONDS            train every artifact within SECONDS, pack,
 #                                                 first 4 parts + index + logs to $OUT
 #   scripts/lease.sh train out N                  parts 4N..4N+3 (+ index) to $OUT
-#   scripts/lease.sh train install                the trained artifacts, the target and the
-#                                                 text sources where h200-trained finds them;
-#                                                 then `measure COMMIT SECONDS h200-trained ...`
+#   scripts/lease.sh train install [PARTS]        the trained artifacts (this lease's fit, or
+#                                                 the packed parts in PARTS, e.g. /tmp/t/recorded),
+#                                                 the target and the text sources where
+#                                                 h200-trained finds them; then `measure COMMIT
+#                                                 SECONDS h200-trained ...`
 #
 # An EXPERIMENT written peer:NAME runs vLLM's own `bench latency` on NAME's cells (specdec.peer).
 # COMMIT is the committed, clean commit of the working tree that travelled (a copy has no
@@ -33,7 +39,10 @@ receive)
   # Parts may come over several calls (a call carries at most 64 MiB with the tree).
   cp -v .bundle/specdec-bundle.tar.xz.* .bundle/manifest.json /tmp/b/ 2>/dev/null
   mkdir -p /tmp/vc && cp -v .vllm-cache/vllm-cache.tgz.* /tmp/vc/ 2>/dev/null
-  ls -la /tmp/b /tmp/vc
+  mkdir -p /tmp/t/recorded && cp -v .train-carry/* /tmp/t/ 2>/dev/null
+  # a recorded training's parts (train-out.tgz.NNN + index), to install beside a new one
+  cp -v .train-out/*/train-out.* /tmp/t/recorded/ 2>/dev/null
+  ls -la /tmp/b /tmp/vc /tmp/t /tmp/t/recorded
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   echo "receive $(stamp)" >> /tmp/lease.log
   ;;
@@ -109,10 +118,7 @@ train)
   # Issue 10: data and training of the heads and drafts (book/reproduce.md, "Training heads
   # and drafts on a lease"); lib/specdec/training/device.py does the work.
   sub=${1:?train step: receive, data, fit or out}; shift
-  if [ "$sub" = receive ]; then
-    mkdir -p /tmp/t && cp -v .train-carry/* /tmp/t/ 2>/dev/null; ls -la /tmp/t
-    echo "train-receive $(stamp)" >> /tmp/lease.log; exit 0
-  fi
+  [ "$sub" = receive ] && exec "$0" receive
   t0=$(date +%s)
   if [ ! -s /tmp/env.sh ]; then  # as in measure: the bundle unpacks with the standard library alone
     PYTHONPATH=lib python3 -c 'from specdec import bundle
@@ -128,24 +134,33 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
          SPECDEC_TRAINED_DIR=/tmp/trained SPECDEC_TRAINED_RECORDS=/tmp/trained/_records
   echo "train-$sub-start $(stamp) $*" >> /tmp/lease.log
   # Further arguments go to the step (a dry run here: data --limit 3, fit 60 --max-steps 1).
+  rc=0
   case "$sub" in
     # V1 runner: a float32 engine on the V2 runner hung at start (lease 2026-12-01-h200-4)
     data) VLLM_USE_V2_MODEL_RUNNER=0 python3 -m specdec.training.device data --carry /tmp/t \
             --work /tmp/train "$@" 2>&1 \
-            | grep --line-buffered -v "it/s\]$" | tee -a /tmp/train.log ;;
+            | grep --line-buffered -v "it/s\]$" | tee -a /tmp/train.log; rc=${PIPESTATUS[0]} ;;
     fit)  python3 -m specdec.training.device fit --work /tmp/train --out "$OUT" --seconds "${1:-420}" \
-            "${@:2}" 2>&1 | tee -a /tmp/train.log ;;
-    out)  python3 -m specdec.training.device out "${1:?N}" --work /tmp/train --out "$OUT" ;;
-    install) python3 -m specdec.training.device install --carry /tmp/t --work /tmp/train 2>&1 \
-            | tee -a /tmp/train.log
+            "${@:2}" 2>&1 | tee -a /tmp/train.log; rc=${PIPESTATUS[0]} ;;
+    out)  python3 -m specdec.training.device out "${1:?N}" --work /tmp/train --out "$OUT"; rc=$? ;;
+    install)
+          # Nothing of an earlier install may stay behind: a failed install must leave no
+          # artifacts that the next measure would take for the ones named here.
+          rm -rf /tmp/trained
+          python3 -m specdec.training.device install --carry /tmp/t --work /tmp/train \
+            ${1:+--parts "$1"} 2>&1 | tee -a /tmp/train.log
+          rc=${PIPESTATUS[0]}
+          [ "$rc" -eq 0 ] || { echo "install failed: nothing installed"; rm -rf /tmp/trained; exit 1; }
           # the dry run resolves every artifact and workload before an engine starts
           PYTHONPATH=${PYTHONPATH:-}:/tmp/t/pkgs python3 -m specdec.cli run h200-trained --dry-run 2>&1 \
             | grep -v "^    " | tee -a /tmp/train.log ;;
     *) echo "unknown train step $sub"; exit 2 ;;
   esac
-  echo "train-$sub-end $(stamp)" >> /tmp/lease.log
+  echo "train-$sub-end $(stamp) rc=$rc" >> /tmp/lease.log
   cp /tmp/train.log /tmp/lease.log "$OUT/" 2>/dev/null
   ls -la "$OUT"
+  # a failed step stops a chain of steps (`train out 1 && train install && measure ...`)
+  exit "$rc"
   ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac

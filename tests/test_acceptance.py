@@ -128,3 +128,46 @@ def test_longest_profiles_keep_each_methods_largest_k(summary):
     h200 = pos[pos["setting"].str.startswith("H200") & (pos["temperature"] == 0)]
     assert set(h200.loc[h200["method"] == "eagle", "K"]) == {8}
     assert set(h200.loc[h200["method"] == "eagle3", "K"]) == {4}
+
+
+def test_reproduction_compares_the_same_cells_against_the_declared_tolerance(summary):
+    retrained = pd.DataFrame([
+        # eagle3: +0.01 and +0.02 on the two workloads both measured -> mean +0.015, within
+        _row("h200-retrained", "eagle3", 4, "mtbench", 0.0, 0.21, [0.4] * 4),
+        _row("h200-retrained", "eagle3", 4, "humaneval", 0.0, 0.12, [0.2] * 4),
+        # a workload the recorded profile did not measure is left out of both means
+        _row("h200-retrained", "eagle3", 4, "sharegpt-heldout", 0.0, 0.90, [0.9] * 4),
+        # eagle: 0.05 -> 0.10, outside +-3 points
+        _row("h200-retrained", "eagle", 4, "mtbench", 0.0, 0.10, [0.2] * 4),
+        # another temperature is not compared
+        _row("h200-retrained", "eagle3", 4, "mtbench", 0.7, 0.99, [0.99] * 4),
+    ])
+    rep = acceptance.reproduction(pd.concat([summary, retrained], ignore_index=True))
+    by = rep.set_index("method")
+    assert by.loc["eagle3", "workloads"] == 2
+    assert by.loc["eagle3", "difference"] == pytest.approx(0.015)
+    assert by.loc["eagle3", "largest workload difference"] == pytest.approx(0.02)
+    assert bool(by.loc["eagle3", "within tolerance"])
+    assert by.loc["eagle", "difference"] == pytest.approx(0.05)
+    assert not bool(by.loc["eagle", "within tolerance"])
+    text = acceptance.reproduction_sentence(rep)
+    assert text.startswith("1 of 2 methods reproduce within ±3%") and "eagle, +5.0%" in text
+    assert acceptance.reproduction(summary).empty  # nothing retrained yet
+    assert "not been measured" in acceptance.reproduction_sentence(acceptance.reproduction(summary))
+
+
+def test_retraining_table_says_whether_data_and_weights_are_the_same(tmp_path):
+    def record(root, name, steps, acc1, data, weights):
+        d = root / name
+        d.mkdir(parents=True)
+        (d / "manifest.json").write_text(json.dumps({
+            "method": "eagle", "run": {"steps": steps, "final_eval": {"acc1": acc1}},
+            "data_sha256": data, "files": {"model.safetensors": weights}}))
+
+    record(tmp_path / "a", "smollm2-eagle", 369, 0.42, "d1", "w1")
+    record(tmp_path / "b", "smollm2-eagle", 369, 0.41, "d1", "w2")
+    t = acceptance.retraining_table(tmp_path / "a", tmp_path / "b")
+    row = t.set_index("artifact").loc["smollm2-eagle"]
+    assert row["steps (recorded)"] == row["steps (retrained)"] == 369
+    assert bool(row["same data"]) and not bool(row["same weights"])
+    assert acceptance.retraining_table(tmp_path / "a", tmp_path / "none").empty

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from specdec import adaptive
@@ -88,14 +87,6 @@ def test_step_seconds_need_two_measured_k_and_a_positive_result():
         adaptive.interpolate_step_seconds({1: 1.0, 2: -1.0})
     with pytest.raises(ValueError, match="measured: extrapolating"):  # a falling line
         adaptive.interpolate_step_seconds({1: 1.0, 2: 0.8}, k_max=8)
-
-
-def test_step_seconds_from_summary_rows():
-    rows = pd.DataFrame({"num_speculative_tokens": [2, 4], "tpot_ms_median": [10.0, 8.0],
-                         "mean_acceptance_length": [2.0, 3.0]})
-    assert adaptive.step_seconds_from_summary(rows) == pytest.approx({2: 0.02, 4: 0.024})
-    with pytest.raises(ValueError, match="rows"):
-        adaptive.step_seconds_from_summary(pd.concat([rows, rows]))
 
 
 @pytest.mark.parametrize("q", [[1.2, 0.5], [-0.1], [], [np.nan]])

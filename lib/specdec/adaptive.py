@@ -75,17 +75,6 @@ def interpolate_step_seconds(measured: Mapping[int, float], k_max: int = 8) -> d
     return out
 
 
-def step_seconds_from_summary(rows: pd.DataFrame) -> dict[int, float]:
-    """{K: seconds per verification step} from summary rows of ONE setting (method, draft, batch,
-    workload...; the caller filters): time per token of one request x tokens per step, i.e.
-    ``tpot_ms_median / 1000 * mean_acceptance_length``. The baseline's seconds per token is its
-    ``tpot_ms_median / 1000``."""
-    if rows["num_speculative_tokens"].duplicated().any():
-        raise ValueError("rows: more than one row per K; filter to one setting first")
-    seconds = rows["tpot_ms_median"] / 1000 * rows["mean_acceptance_length"]
-    return {int(k): float(s) for k, s in zip(rows["num_speculative_tokens"], seconds)}
-
-
 def expected_tokens_per_step(q: Sequence[float], k: int) -> float:
     """Analytic tokens per step at fixed K: 1 + sum_{i<=K} prod_{j<=i} q_j."""
     q = _rates(q)

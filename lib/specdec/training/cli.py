@@ -32,11 +32,14 @@ def _cmd_carry(a) -> int:
 def _cmd_unpack(a) -> int:
     from . import artifacts
 
+    installed = a.artifacts or artifacts.trained_root()
+    records = a.records or artifacts.records_root()
     rep = artifacts.unpack(a.parts, Path(a.target) if a.target else _target_dir(),
-                           data_out=paths.CACHE_DIR / "trained" / "_data")
-    data_json = paths.CACHE_DIR / "trained" / "_data" / "data" / "sequences.npz.json"
+                           artifacts_out=installed, records_out=records,
+                           data_out=installed / "_data")
+    data_json = installed / "_data" / "data" / "sequences.npz.json"
     if data_json.is_file():
-        rec = artifacts.records_root() / "_data"
+        rec = records / "_data"
         rec.mkdir(parents=True, exist_ok=True)
         (rec / "sequences.npz.json").write_text(data_json.read_text())
     print(json.dumps(rep, indent=2))
@@ -137,6 +140,11 @@ def register(subparsers) -> None:
     u = sub.add_parser("unpack", help="check, reassemble and install what a lease brought back")
     u.add_argument("parts", type=Path, help="folder with train-out.tgz.NNN and train-out.parts.json")
     u.add_argument("--target", default=None, help="converted target (default: cpu-smollm2's)")
+    u.add_argument("--artifacts", type=Path, default=None,
+                   help="install the weights here (default: .cache/trained)")
+    u.add_argument("--records", type=Path, default=None,
+                   help="write the records here (default: data/trained); a retraining's go to "
+                        "data/retrained, beside the recorded training they repeat")
     u.set_defaults(func=_cmd_unpack)
     s = sub.add_parser("status", help="which artifacts are trained and installed")
     s.set_defaults(func=_cmd_status)

