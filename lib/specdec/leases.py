@@ -8,8 +8,9 @@ of the lease's profile (or profiles), matched by that commit and the lease's tim
 - ``engines``: distinct engine starts (one per (method, K, set/natural acceptance));
 - ``engine_start_s``: seconds spent starting those engines (``engine_start_s`` of the rows);
 - ``cells_per_device_minute``: cells / (device seconds / 60);
-- ``other work``: what the lease did besides measuring cells (its ``training:`` entry: a
-  training lease spends most of its time on data and training, which no row counts).
+- ``other work``: what the lease did besides measuring cells: its ``other_work:`` text, else,
+  for a lease with a ``training:`` entry, data and training (a training lease spends most of its
+  time on them, which no row counts).
 """
 from __future__ import annotations
 
@@ -60,5 +61,6 @@ def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
                      "calls": int(e["calls"]), "cells": cells, "engines": len(starts),
                      "engine_start_s": float(sum(starts)),
                      "cells_per_device_minute": cells / (float(e["device_held_s"]) / 60),
-                     "other work": "data and training of heads and drafts" if e.get("training") else ""})
+                     "other work": e.get("other_work") or (
+                         "data and training of heads and drafts" if e.get("training") else "")})
     return pd.DataFrame(rows, columns=COLUMNS)
