@@ -136,10 +136,13 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   # Further arguments go to the step (a dry run here: data --limit 3, fit 60 --max-steps 1).
   rc=0
   case "$sub" in
-    # V1 runner: a float32 engine on the V2 runner hung at start (lease 2026-12-01-h200-4)
-    data) VLLM_USE_V2_MODEL_RUNNER=0 python3 -m specdec.training.device data --carry /tmp/t \
-            --work /tmp/train "$@" 2>&1 \
-            | grep --line-buffered -v "it/s\]$" | tee -a /tmp/train.log; rc=${PIPESTATUS[0]} ;;
+    # The data step hung at engine start twice, right after converting the target in the same
+    # process (device.target_in_child now converts in a child). A hang costs 420 s, not the
+    # call: it normally takes ~100 s (conversion ~45 s, 2048 continuations ~56 s).
+    data) VLLM_USE_V2_MODEL_RUNNER=0 timeout -k 10 420 python3 -m specdec.training.device data \
+            --carry /tmp/t --work /tmp/train "$@" 2>&1 \
+            | grep --line-buffered -v "it/s\]$" | tee -a /tmp/train.log; rc=${PIPESTATUS[0]}
+          [ "$rc" -eq 124 ] && { echo "data: no result in 420 s (hung?); stopped"; pkill -9 -f EngineCore; } ;;
     fit)  python3 -m specdec.training.device fit --work /tmp/train --out "$OUT" --seconds "${1:-420}" \
             "${@:2}" 2>&1 | tee -a /tmp/train.log; rc=${PIPESTATUS[0]} ;;
     out)  python3 -m specdec.training.device out "${1:?N}" --work /tmp/train --out "$OUT"; rc=$? ;;

@@ -154,6 +154,31 @@ def test_pack_unpack_roundtrip_restores_target_tensors(tiny_artifacts, tmp_path,
         artifacts.unpack(tmp_path / "parts", target, install=False)
 
 
+def test_unpack_of_a_retraining_goes_beside_the_recorded_one(tiny_artifacts, tmp_path, target):
+    """`specdec train unpack PARTS --artifacts A --records R`: a retraining's weights and records
+    go where they are named, and the recorded training's (the defaults) stay untouched."""
+    import argparse
+
+    from specdec.training import cli as train_cli
+
+    out, res = tiny_artifacts
+    artifacts.pack(out, list(res), {}, tmp_path / "parts")
+    ap = argparse.ArgumentParser()
+    train_cli.register(ap.add_subparsers())
+    a = ap.parse_args(["train", "unpack", str(tmp_path / "parts"), "--target", str(target),
+                       "--artifacts", str(tmp_path / "retrained"),
+                       "--records", str(tmp_path / "records")])
+    def committed():
+        return {str(f): f.read_bytes() for f in sorted(artifacts.records_root().rglob("*"))
+                if f.is_file()}
+
+    before = committed()
+    assert a.func(a) == 0
+    assert (tmp_path / "retrained" / "smollm2-eagle3" / "model.safetensors").is_file()
+    assert (tmp_path / "records" / "smollm2-eagle3" / "manifest.json").is_file()
+    assert committed() == before
+
+
 @pytest.mark.parametrize("recorded", [False, True], ids=["this-lease", "recorded-parts"])
 def test_device_install_makes_h200_trained_resolvable(tiny_artifacts, tmp_path, target,
                                                      monkeypatch, recorded):
@@ -349,3 +374,27 @@ def test_every_artifact_loads_and_speculates_in_vllm_cpu(tmp_path):
         rate = g["spec_num_accepted_tokens"].sum() / g["spec_num_draft_tokens"].sum()
         assert rate > 0.4, (m, rate)
     assert not res["failed"]
+
+
+def test_data_step_converts_the_target_in_a_child_process(tmp_path, monkeypatch):
+    """The data step hung at vLLM's engine start twice on a lease, each time right after the
+    target was converted in the same process: the conversion runs in a child (`device target`),
+    and only when the target is not converted yet."""
+    import subprocess
+
+    from specdec.training import device
+
+    calls = []
+
+    def fake_run(argv, check):
+        calls.append(argv)
+        (tmp_path / "work" / "target").mkdir(parents=True)
+        (tmp_path / "work" / "target" / "config.json").write_text("{}")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    got = device.target_in_child(tmp_path / "carry", tmp_path / "work")
+    assert got == tmp_path / "work" / "target"
+    assert calls == [[sys.executable, "-m", "specdec.training.device", "target",
+                      "--carry", str(tmp_path / "carry"), "--work", str(tmp_path / "work")]]
+    device.target_in_child(tmp_path / "carry", tmp_path / "work")  # converted: no second child
+    assert len(calls) == 1

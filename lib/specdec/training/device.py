@@ -9,14 +9,17 @@ into the lease a call at a time.
 There (``scripts/lease.sh train ...`` runs ``python -m specdec.training.device STEP``):
 
 - ``data``: reassemble and check the GGUF, convert it with :func:`specdec.models.convert_gguf`
-  (the same code as the CPU campaign, so the target is the same model), generate the
-  target's greedy continuations of the prompts with vLLM (``data.py``);
+  (the same code as the CPU campaign, so the target is the same model; in a child process:
+  ``target``, see :func:`target_in_child`), generate the target's greedy continuations of the
+  prompts with vLLM (``data.py``);
 - ``fit``: train every artifact of :data:`recipes.RECIPES` within the seconds given, pack them
   (``artifacts.pack``) and put the first parts in ``$OUT``;
 - ``out N``: the N-th batch of parts (4 parts of 15 MB and the index: within one call's
   8 files / 64 MiB);
-- ``install``: what ``h200-trained`` needs there (:func:`step_install`), so the same lease
-  measures the trained artifacts' acceptance on the GPU (temperature 0 and 0.7).
+- ``install [--parts DIR]``: what ``h200-trained`` needs there (:func:`step_install`), so the
+  same lease measures the trained artifacts' acceptance on the GPU (temperature 0 and 0.7);
+  with ``--parts``, a recorded training's parts instead of this lease's (the retraining check
+  measures both).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import argparse
 import hashlib
 import json
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -103,10 +107,10 @@ def _convert(gguf: Path, dest: Path, source: dict) -> None:
 
 def _target(carry: Path, work: Path) -> Path:
     """The target converted from the carried GGUF (once), checked against carry.json."""
-    man = json.loads((carry / "carry.json").read_text())
     dest = work / "target"
     if (dest / "config.json").is_file():
         return dest
+    man = json.loads((carry / "carry.json").read_text())
     parts = sorted(carry.glob("target.gguf.*"))
     for p in parts:
         if _sha(p) != man["files"][p.name]:
@@ -134,10 +138,21 @@ def _target(carry: Path, work: Path) -> Path:
     return dest
 
 
+def target_in_child(carry: Path, work: Path) -> Path:
+    """:func:`_target`, converting in a child process, so that the process which starts vLLM's
+    engine has done nothing else. On two leases (2026-12-01-h200-4 and -5) the data step hung at
+    engine start, with no error, each time right after converting the target in the same
+    process; the one data step that worked found the target already converted."""
+    if not (work / "target" / "config.json").is_file():
+        subprocess.run([sys.executable, "-m", "specdec.training.device", "target",
+                        "--carry", str(carry), "--work", str(work)], check=True)
+    return _target(carry, work)
+
+
 def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int | None = None,
               gpu_memory_utilization: float = 0.5) -> Path:
     t0 = time.time()
-    target = _target(carry, work)
+    target = target_in_child(carry, work)
     print(f"[data] target ready in {time.time() - t0:.0f}s", flush=True)
     limit = limit or DATA.get("generated_prompts")
     prompts = data.read_prompts(carry / "prompts.jsonl")[:limit]
@@ -243,7 +258,7 @@ def step_install(carry: Path, work: Path, parts: Path | None = None) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec.training.device")
-    ap.add_argument("step", choices=["data", "fit", "out", "install"])
+    ap.add_argument("step", choices=["target", "data", "fit", "out", "install"])
     ap.add_argument("n", nargs="?", type=int, default=0, help="for out: which batch of parts")
     ap.add_argument("--carry", type=Path, default=Path("/tmp/t"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/train"))
@@ -258,7 +273,9 @@ def main(argv=None) -> int:
     ap.add_argument("--as-recorded", type=Path, default=None,
                     help="fit: repeat the runs recorded in this folder (data/trained) step for step")
     a = ap.parse_args(argv)
-    if a.step == "data":
+    if a.step == "target":  # what `data` runs first, in a process of its own
+        _target(a.carry, a.work)
+    elif a.step == "data":
         step_data(a.carry, a.work, a.max_tokens, a.limit)
     elif a.step == "fit":
         step_fit(a.work, a.out, a.seconds, a.only, a.max_steps, a.as_recorded)
