@@ -171,3 +171,9 @@ def test_retraining_table_says_whether_data_and_weights_are_the_same(tmp_path):
     assert row["steps (recorded)"] == row["steps (retrained)"] == 369
     assert bool(row["same data"]) and not bool(row["same weights"])
     assert acceptance.retraining_table(tmp_path / "a", tmp_path / "none").empty
+
+
+def test_medusa_variants_are_one_method_against_k():
+    rows = pd.DataFrame({"method": ["medusa-k2", "medusa-k8", "eagle3", "medusa"]})
+    assert acceptance.medusa_as_one_method(rows)["method"].tolist() == ["medusa"] * 2 + ["eagle3", "medusa"]
+    assert rows["method"].tolist()[0] == "medusa-k2"  # the input is left as it was

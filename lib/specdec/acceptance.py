@@ -65,6 +65,15 @@ def speculative(summary: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
+def medusa_as_one_method(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows with the Medusa variants (``medusa-k1`` … ``medusa-k8``: the same trained heads, the
+    first K of them, since vLLM proposes one token per head) named ``medusa``, so that a plot
+    against K draws Medusa as one line like every other method."""
+    out = rows.copy()
+    out["method"] = out["method"].str.replace(r"^medusa-k\d+$", "medusa", regex=True)
+    return out
+
+
 def per_position(summary: pd.DataFrame) -> pd.DataFrame:
     """Long table: one row per cell and draft position, with the rate vLLM counts (reached
     and accepted) and the conditional rate (accepted, given every earlier position was; 0 where
