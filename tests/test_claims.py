@@ -71,6 +71,9 @@ def _bad_ledger(tmp_path, old: str, new: str):
     return bad
 
 
+C11_SETTING = ("  setting: {model: llama-3-8b, hardware: 1x A100, method: draft_model}\n"
+               "  article: {k: 3, acceptance: 0.78,")
+
 #: (what is changed in the committed ledger, into what, the message after "<file>: ").
 BAD_LEDGERS = [
     ("- id: C5\n", "- id: C5\n  colour: red\n",
@@ -98,10 +101,10 @@ BAD_LEDGERS = [
      "claims[10] (C11).derive.method_regex: '^(draft' is not a regular expression"),
     ("experiments: [k-sweep, quick-ceiling-k]", "experiments: []",
      "claims[10] (C11).derive.experiments: a list of at least 1 item(s) is required (got [])"),
-    ("  setting: {model: llama-3-8b, hardware: 1x A100, method: draft_model}\n", "",
+    # C11's setting, the first with a rule (C7-C9 above it have the same setting and no rule)
+    (C11_SETTING, "  article: {k: 3, acceptance: 0.78,",
      "claims[10] (C11): setting: required where derive is given"),
-    ("setting: {model: llama-3-8b, hardware: 1x A100, method: draft_model}",
-     "setting: {model: llama-3-8b, hardware: 1x A100, method: draft_model, acceptance: 1.5}",
+    (C11_SETTING, C11_SETTING.replace("draft_model}", "draft_model, acceptance: 1.5}"),
      "claims[10] (C11).setting.acceptance: Input should be less than or equal to 1"),
     ("article: {acceptance: 0.68,", "article: {acceptance: yes,",
      "claims[6] (C7).article.acceptance: Input should be a valid"),

@@ -263,10 +263,6 @@ def surface_sentence(est: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-#: The article's draft-selection table (§2.2): draft models for Llama-3-8B, no derivation rule.
-DRAFT_TABLE = ("C7", "C8", "C9")
-
-
 def data_sentence(root: Path | None = None) -> str:
     """What the artifacts were trained on, from the committed data record."""
     import json
@@ -296,18 +292,12 @@ def beside_the_article(summary: pd.DataFrame, claim_ids) -> pd.DataFrame:
     rows = []
     for cid in claim_ids:
         c = ledger.claim(cid)
-        if c.setting is None and cid in DRAFT_TABLE:
-            # §2.2 names the target (Llama-3-8B) and the draft; hardware: the article's one
-            # stated test environment (§5.1), as the ledger's settings read it elsewhere
-            art = comparability.ArticleSetting("llama-3-8b", "1x A100", "draft_model",
-                                               c.article.get("acceptance", comparability.UNSTATED))
-        elif c.setting is None:
+        if c.setting is None:
             rows.append({"claim": cid, "the article says": c.en, "vLLM method": "",
                          "our cells": 0, "outcome": "no setting in the ledger: nothing of ours "
                                                     "is set beside it (see the claims chapter)"})
             continue
-        else:
-            art = c.article_setting()
+        art = c.article_setting()
         comps = comparability.compare_rows(art, spec) if len(spec) else []
         same = [i for i, cmp in enumerate(comps)
                 if not any(d.dimension == "method" for d in cmp.differences)]

@@ -4,7 +4,8 @@ One entry per checkable statement C1..C36 of the article: the article's own word
 verbatim) and an English rendering, the kind of claim, the verdict and its evidence. API
 claims name the checks they rest on (:mod:`specdec.claims.checks`) and the outcome recorded
 for the reference vLLM. Numeric claims name a derivation rule and the article's setting
-(:mod:`specdec.claims.derive`); no number of ours is ever written here.
+(:mod:`specdec.claims.derive`); a setting may also stand alone, for the chapters that set our
+cells beside an article figure no rule derives (C7-C9). No number of ours is ever written here.
 
 Loading is strict (:class:`Ledger`: pydantic models, frozen, unknown keys refused): a bad
 ledger raises :class:`LedgerError` naming the file and the field
@@ -125,7 +126,7 @@ class Claim(StrictModel):
     def article_setting(self) -> comparability.ArticleSetting:
         """The setting our cells are compared with; acceptance defaults to the article's."""
         if self.setting is None:
-            raise ValueError(f"{self.id}: no setting (a claim without a derivation rule)")
+            raise ValueError(f"{self.id}: no setting in the ledger")
         s = self.setting
         acc = s.acceptance if s.acceptance is not None else \
             self.article.get("acceptance", comparability.UNSTATED)
