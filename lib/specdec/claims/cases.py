@@ -118,7 +118,7 @@ def floor_cells(summ, max_acceptance: float = 0.1):
 
 
 #: Error texts that mean the engine ran out of device memory.
-OOM_PATTERN = (r"out of memory|OutOfMemory|CUDA OOM|not enough (KV cache|memory)|"
+OOM_PATTERN = (r"out of memory|OutOfMemory|CUDA OOM|not enough (?:KV cache|memory)|"
                r"No available memory|insufficient memory|exceeds the available")
 
 
