@@ -67,15 +67,18 @@ def test_beside_the_article_never_gives_a_verdict_across_settings(summary):
     assert table.loc["C7", "article acceptance"] == pytest.approx(0.68)
 
 
-def test_on_the_surface_reads_the_measured_curve(summary):
+def test_on_the_surface_takes_the_measured_tokens_at_the_measured_step_cost(summary):
     surface_df = pd.DataFrame({
-        "method": ["eagle3", "eagle3", "eagle"], "num_speculative_tokens": [4, 4, 4],
-        "batch_size": [1, 1, 1], "acceptance_alpha": [0.0, 1.0, 0.5],
-        "speedup": [0.5, 2.5, 1.0]})
+        "method": ["baseline", "eagle3", "eagle3", "eagle"], "workload": ["repeat"] * 4,
+        "num_speculative_tokens": [0, 4, 4, 4], "batch_size": [1, 1, 1, 1],
+        "acceptance_alpha": [np.nan, 0.0, 1.0, 0.5], "step_ms": [8.0, 10.0, 14.0, 12.0]})
     est = acceptance.on_the_surface(summary, surface_df, k=4).set_index("method")
     alpha = float(theory.alpha_from_rate(0.15, 4))
     assert est.loc["eagle3", "alpha"] == pytest.approx(alpha)
-    assert est.loc["eagle3", "speedup"] == pytest.approx(0.5 + 2.0 * alpha)
+    # mean tokens per step over the two workloads: (1.8 + 1.4) / 2; the step's cost between
+    # the measured 10 ms at alpha 0 and 14 ms at alpha 1; the baseline's 8 ms per token
+    assert est.loc["eagle3", "tokens per step"] == pytest.approx(1.6)
+    assert est.loc["eagle3", "speedup"] == pytest.approx(8.0 * 1.6 / (10.0 + 4.0 * alpha))
     assert np.isnan(est.loc["eagle", "speedup"])  # one measured α: nothing to read between
     assert "eagle3 (α ≈" in acceptance.surface_sentence(est.reset_index())
 
@@ -177,3 +180,14 @@ def test_medusa_variants_are_one_method_against_k():
     rows = pd.DataFrame({"method": ["medusa-k2", "medusa-k8", "eagle3", "medusa"]})
     assert acceptance.medusa_as_one_method(rows)["method"].tolist() == ["medusa"] * 2 + ["eagle3", "medusa"]
     assert rows["method"].tolist()[0] == "medusa-k2"  # the input is left as it was
+
+
+def test_linear_reading_in_alpha_overstates_a_convex_speedup(summary):
+    surface_df = pd.DataFrame({
+        "method": ["baseline", "eagle3", "eagle3"], "workload": ["repeat"] * 3,
+        "num_speculative_tokens": [0, 4, 4], "batch_size": [1, 1, 1],
+        "acceptance_alpha": [np.nan, 0.0, 0.5], "step_ms": [8.0, 10.0, 10.0],
+        "speedup": [np.nan, 0.8, 8.0 * 1.9375 / 10.0]})  # tokens per step at alpha 0.5, K=4
+    est = acceptance.on_the_surface(summary, surface_df, k=4)
+    over = acceptance.linear_alpha_overstatement(est, surface_df, 4)
+    assert (over.dropna() > 0).all() and len(over.dropna()) == 1

@@ -198,6 +198,20 @@ def test_published_file_loads_and_refuses_what_it_cannot_be(tmp_path):
         published.load(f)
 
 
+def test_speedup_from_cost_is_the_measured_speedup_at_a_measured_alpha(h200):
+    """At a set α that was measured, the measured tokens per step at the measured step cost give
+    back the measured speedup; in between, only the step's cost is interpolated."""
+    table = h200
+    cell = table[(table["method"] == "eagle3") & (table["num_speculative_tokens"] == 4)
+                 & (table["batch_size"] == 1) & (table["acceptance_alpha"] == 0.6)].iloc[0]
+    got = surface.speedup_from_cost(table, "eagle3", 0.6, 4, 1, cell["tokens_per_step"])
+    assert got["speedup"] == pytest.approx(cell["speedup"], rel=1e-9)
+    mid = surface.speedup_from_cost(table, "eagle3", 0.65, 4, 1, 2.0)
+    assert (mid["alpha_low"], mid["alpha_high"]) == (0.6, 0.7)
+    assert mid["speedup"] == pytest.approx(mid["baseline_step_ms"] * 2.0 / mid["step_ms"])
+    assert math.isnan(surface.speedup_from_cost(table, "eagle3", 0.65, 4, 3, 2.0)["speedup"])
+
+
 def test_speedup_at_interpolates_between_measured_alphas(h200):
     at = h200[(h200["method"] == "eagle3") & (h200["num_speculative_tokens"] == 4)
               & (h200["batch_size"] == 1) & h200["acceptance_alpha"].notna()]

@@ -230,10 +230,11 @@ def retraining_table(recorded: Path | None = None, retrained: Path | None = None
 
 def on_the_surface(summary: pd.DataFrame, surface_df: pd.DataFrame, k: int = 4,
                    profile: str = "h200-trained", temperature: float = 0.0) -> pd.DataFrame:
-    """Each trained method's measured acceptance at ``k`` (mean over workloads), converted to α
-    under the independent model and read off the H200 speedup surface of an 8B-shaped target
-    (:func:`specdec.surface.speedup_at`) at every measured batch size: a prediction from a
-    measured cost at an acceptance reached on another target, not a measurement."""
+    """Each trained method's measured tokens per step at ``k`` (mean over workloads) at the
+    measured cost of a step of the same method on the H200's 8B-shaped target, at every measured
+    batch size (:func:`specdec.surface.speedup_from_cost`; ``alpha`` is the independent-model α
+    with the same acceptance rate, which locates the step's cost on the surface): a prediction from
+    a measured cost and an acceptance reached on another target, not a measurement."""
     rank = ranking(summary, profile, k, temperature)
     rows = []
     for r in rank.itertuples():
@@ -244,11 +245,21 @@ def on_the_surface(summary: pd.DataFrame, surface_df: pd.DataFrame, k: int = 4,
         batches = sorted(int(b) for b in
                          surface_df.loc[surface_df["method"] == m, "batch_size"].unique())
         for b in batches:
-            at = surface.speedup_at(surface_df, m, alpha, k, b)
+            at = surface.speedup_from_cost(surface_df, m, alpha, k, b, float(r.length))
             rows.append({"method": r.method, "surface method": m, "acceptance": r.acceptance,
-                         "alpha": alpha, "batch_size": b, "speedup": at["speedup"]})
-    return pd.DataFrame(rows, columns=["method", "surface method", "acceptance", "alpha",
-                                       "batch_size", "speedup"])
+                         "tokens per step": float(r.length), "alpha": alpha, "batch_size": b,
+                         "speedup": at["speedup"]})
+    return pd.DataFrame(rows, columns=["method", "surface method", "acceptance", "tokens per step",
+                                       "alpha", "batch_size", "speedup"])
+
+
+def linear_alpha_overstatement(est: pd.DataFrame, surface_df: pd.DataFrame, k: int) -> pd.Series:
+    """How much reading the speedup itself straight between the measured α
+    (:func:`specdec.surface.speedup_at`) would overstate each :func:`on_the_surface` estimate:
+    its ratio to the estimate, minus one (NaN where either is missing)."""
+    linear = [surface.speedup_at(surface_df, r["surface method"], r["alpha"], k,
+                                 int(r["batch_size"]))["speedup"] for _, r in est.iterrows()]
+    return pd.Series(linear, index=est.index, dtype=float) / est["speedup"] - 1
 
 
 def surface_sentence(est: pd.DataFrame) -> str:

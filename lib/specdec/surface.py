@@ -243,6 +243,44 @@ def speedup_at(surface_df: pd.DataFrame, method: str, alpha: float, k: int,
     return out
 
 
+def speedup_from_cost(surface_df: pd.DataFrame, method: str, alpha: float, k: int,
+                      batch_size: int, tokens_per_step: float) -> dict:
+    """The speedup of ``method`` that emits ``tokens_per_step`` (a measured acceptance, reached
+    elsewhere) at the measured cost of its steps: baseline ms per token x tokens per step /
+    ms per speculative step (:func:`table`'s ``step_ms``), the step's cost read between the two
+    measured set α around ``alpha``.
+
+    Unlike :func:`speedup_at`, the acceptance is not interpolated: speedup is convex in α (tokens
+    per step grow as α + α² + …), so a straight line between α = 0 and 0.5 overstates it in
+    between; the cost of a step hardly depends on α, so interpolating that loses little. Returns
+    ``speedup`` (NaN where α lies outside the measured range or no baseline was measured at the
+    batch), ``step_ms``, ``baseline_step_ms`` and the bracketing ``alpha_low``/``alpha_high``."""
+    cells = surface_df[(surface_df["method"] == method)
+                       & (surface_df["num_speculative_tokens"] == k)
+                       & (surface_df["batch_size"] == batch_size)
+                       & surface_df["acceptance_alpha"].notna() & surface_df["step_ms"].notna()]
+    out = {"method": method, "k": k, "batch_size": batch_size, "alpha": alpha,
+           "tokens_per_step": tokens_per_step, "speedup": float("nan"), "step_ms": float("nan"),
+           "baseline_step_ms": float("nan"), "alpha_low": float("nan"), "alpha_high": float("nan")}
+    if cells.empty:
+        return out
+    workload = cells["workload"].mode().iloc[0]  # the baseline of the same prompts
+    cells = cells[cells["workload"] == workload]
+    base = surface_df[(surface_df["method"] == BASELINE) & (surface_df["batch_size"] == batch_size)
+                      & (surface_df["workload"] == workload)]["step_ms"].dropna()
+    curve = cells.groupby("acceptance_alpha")["step_ms"].median().sort_index()
+    a, ms = curve.index.to_numpy(dtype=float), curve.to_numpy(dtype=float)
+    if base.empty or not a[0] <= alpha <= a[-1]:
+        return out
+    hi = int(np.searchsorted(a, alpha))
+    lo = hi if a[hi] == alpha else hi - 1
+    step = float(np.interp(alpha, a, ms))
+    base_ms = float(base.median())
+    out.update(speedup=base_ms * tokens_per_step / step, step_ms=step, baseline_step_ms=base_ms,
+               alpha_low=float(a[lo]), alpha_high=float(a[hi]))
+    return out
+
+
 def speedups_over_batch(readings: pd.DataFrame) -> str:
     """"S× at batch b" at the smallest and the largest batch of :func:`speedup_at` readings of
     one method (one reading: one clause)."""
