@@ -191,3 +191,14 @@ def test_linear_reading_in_alpha_overstates_a_convex_speedup(summary):
     est = acceptance.on_the_surface(summary, surface_df, k=4)
     over = acceptance.linear_alpha_overstatement(est, surface_df, 4)
     assert (over.dropna() > 0).all() and len(over.dropna()) == 1
+
+
+def test_drafted_per_step_shows_a_proposer_that_stops_short():
+    rows = pd.DataFrame([
+        _row("cpu-trained", "suffix", k, "mtbench", 0.0, 0.5, [0.5] * k,
+             spec_num_drafts=100, spec_num_draft_tokens=d)
+        for k, d in [(1, 100), (4, 170), (8, 200)]])
+    t = acceptance.drafted_per_step(rows)
+    assert t.loc["suffix"].tolist() == pytest.approx([1.0, 1.7, 2.0])
+    assert acceptance.drafted_sentence(t) == "suffix drafts 1.0 to 2.0 tokens per proposal for K = 1 to 8"
+    assert "not been measured" in acceptance.drafted_sentence(t, "ngram")

@@ -74,6 +74,28 @@ def medusa_as_one_method(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def drafted_per_step(summary: pd.DataFrame, profile: str = "cpu-trained",
+                     temperature: float = 0.0) -> pd.DataFrame:
+    """Tokens each proposal actually drafted (vLLM's draft tokens / drafts), per method and K,
+    mean over the workloads: K for a proposer that always fills its budget, less for one that
+    stops where it has nothing to say (suffix decoding)."""
+    s = medusa_as_one_method(speculative(summary))
+    s = s[(s["profile"] == profile) & (s["temperature"] == temperature)]
+    if s.empty:
+        return pd.DataFrame()
+    s = s.assign(per=s["spec_num_draft_tokens"] / s["spec_num_drafts"])
+    return s.pivot_table(index="method", columns="num_speculative_tokens", values="per",
+                         aggfunc="mean")
+
+
+def drafted_sentence(table: pd.DataFrame, method: str = "suffix") -> str:
+    if table.empty or method not in table.index:
+        return f"{method} has not been measured at more than one K yet"
+    row = table.loc[method].dropna()
+    return (f"{method} drafts {row.iloc[0]:.1f} to {row.iloc[-1]:.1f} tokens per proposal for K = "
+            f"{int(row.index[0])} to {int(row.index[-1])}")
+
+
 def per_position(summary: pd.DataFrame) -> pd.DataFrame:
     """Long table: one row per cell and draft position, with the rate vLLM counts (reached
     and accepted) and the conditional rate (accepted, given every earlier position was; 0 where
