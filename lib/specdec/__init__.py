@@ -39,6 +39,7 @@ LAYERS: dict[str, dict[str, str]] = {
         "store": "raw rows as Parquet, schema and provenance checked on read",
         "merge": "rows returned from another machine, checked, added atomically",
         "bundle": "the offline bundle for an air-gapped GPU host (pack, verify, unpack)",
+        "carry": "what each device call carries to a lease, under the call's size limit",
         "wheels": "what the bundle ships: the host's image, the lock, the wheels and trims",
         "peer": "vLLM's own `bench latency`, run from the same profile, stored beside the rows",
         "training": "heads and draft models trained here for real acceptance (issue 10)",

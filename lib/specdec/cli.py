@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import book, bundle, envspec, merge, paths, peer, regenerate, runner, validate
+from . import book, bundle, carry, envspec, merge, paths, peer, regenerate, runner, validate
 from .training import cli as training_cli
 from .claims import checkio, checks, ledger
 from .profiles import ProfileError
@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_cmd_book)
 
     bundle.register(sub)  # bundle, unpack
+    carry.register(sub)  # carry-plan: what each device call carries to a lease
     merge.register(sub)  # merge: returned rows and peer runs into data/results/
     peer.register(sub)  # peer
     regenerate.register(sub)  # regenerate: stale-only reruns, run reports, cached chapters

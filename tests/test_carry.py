@@ -1,0 +1,68 @@
+"""specdec.carry: the carrying calls of a lease stay under the device tool's limits."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from specdec import carry
+
+MIB = carry.MIB
+
+
+def _files(tmp_path, sizes):
+    out = []
+    for i, s in enumerate(sizes):
+        f = tmp_path / f"part.{i:03d}"
+        f.write_bytes(b"\0" * s)
+        out.append(f)
+    return out
+
+
+def test_sizes_count_whole_blocks():
+    assert carry.on_disk(0) == 0
+    assert carry.on_disk(1) == 4096
+    assert carry.on_disk(4096) == 4096
+    assert carry.on_disk(4097) == 8192
+
+
+def test_plan_keeps_every_call_under_the_limit_and_the_path_count(tmp_path):
+    # the refused call of lease 5: a 28.1 MB bundle part and an 18.4 MB GGUF part beside a tree
+    # of 22 MiB in blocks go to two calls
+    files = _files(tmp_path, [28_132_412, 18_362_432])
+    calls = carry.plan(files, tree=22 * MIB)
+    assert len(calls) == 2
+    # small files share a call, at most 8 to a call
+    (tmp_path / "small").mkdir()
+    many = _files(tmp_path / "small", [1000] * 10)
+    calls = carry.plan(many, tree=20 * MIB)
+    assert [len(c) for c in calls] == [8, 2]
+    for c in carry.plan(files + many, tree=20 * MIB):
+        assert 20 * MIB + sum(carry.on_disk(f.stat().st_size) for f in c) <= carry.CALL_BYTES - carry.MARGIN
+        assert len(c) <= carry.CALL_PATHS
+
+
+def test_a_file_that_cannot_travel_is_refused_before_any_call(tmp_path):
+    big = _files(tmp_path, [45 * MIB])
+    with pytest.raises(ValueError, match="does not fit in one call.*split it"):
+        carry.plan(big, tree=20 * MIB)
+
+
+def test_tree_counts_what_the_device_copies(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("ignored/\n")
+    (tmp_path / "tracked.txt").write_text("x" * 5000)
+    (tmp_path / "ignored").mkdir()
+    (tmp_path / "ignored" / "big.bin").write_bytes(b"\0" * 100_000)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "tracked.txt", ".gitignore"], check=True)
+    (tmp_path / "untracked.txt").write_text("y")
+    # tracked (2 blocks) + .gitignore (1) + untracked, not ignored (1); the ignored file is not
+    assert carry.tree_bytes(tmp_path) == 4 * 4096
+
+
+def test_lease_files_refuses_a_missing_source(tmp_path):
+    (tmp_path / ".bundle").mkdir()
+    (tmp_path / ".bundle" / "specdec-bundle.tar.xz.000").write_bytes(b"1")
+    assert [str(p) for p in carry.lease_files(tmp_path)] == [".bundle/specdec-bundle.tar.xz.000"]
+    with pytest.raises(FileNotFoundError, match="specdec train carry"):
+        carry.lease_files(tmp_path, training=True)
