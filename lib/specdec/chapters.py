@@ -318,8 +318,9 @@ def dynamic_k_sentence(profile: str = "h200-surface",
 # --------------------------------------------------------------------------- #
 def published_speedups(surface_df: pd.DataFrame, k: int,
                        entries: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Each published acceptance (:mod:`specdec.claims.published`) read off the measured
-    surface at ``k`` and every measured batch size: a measured cost at a stated acceptance."""
+    """Each published acceptance (:mod:`specdec.claims.published`) at the measured surface's cost
+    at ``k`` and every measured batch size (:func:`surface.speedup_from_cost`, the tokens per
+    step of the implied α at ``k``): a measured cost at a stated acceptance."""
     from .claims import published
 
     pub = published.table() if entries is None else entries
@@ -327,7 +328,9 @@ def published_speedups(surface_df: pd.DataFrame, k: int,
     for e in pub.itertuples():
         batches = surface_df.loc[surface_df["method"] == e.method, "batch_size"].unique()
         for b in sorted(int(x) for x in batches):
-            r = surface.speedup_at(surface_df, e.method, e.implied_alpha, k, b)
+            # tokens per step from the implied α at this K; the step's cost from the surface
+            tokens = float(theory.expected_tokens_per_step(e.implied_alpha, k))
+            r = surface.speedup_from_cost(surface_df, e.method, e.implied_alpha, k, b, tokens)
             rows.append({"method": e.method, "checkpoint": e.checkpoint, "dataset": e.dataset,
                          "published_length": e.mean_acceptance_length, "published_k": e.k,
                          "implied_alpha": e.implied_alpha, "batch_size": b,
