@@ -45,6 +45,8 @@ def test_cpu_against_gpu_pairs_the_same_cell(summary):
     assert len(both) == 1 and both.iloc[0]["method"] == "eagle3"
     assert both.iloc[0]["difference"] == pytest.approx(0.02)
     assert "+2.0%" in acceptance.agreement_sentence(both)
+    assert acceptance.machine_spread(both) == pytest.approx(0.02)
+    assert np.isnan(acceptance.machine_spread(both.iloc[0:0]))
     assert acceptance.agreement_sentence(both.iloc[0:0]).startswith("no cell")
 
 
