@@ -133,7 +133,7 @@ def register(subparsers) -> None:
     c = sub.add_parser("carry", help="prepare .train-carry/ for a training lease")
     c.add_argument("--out", type=Path, default=paths.ROOT / ".train-carry")
     c.add_argument("--prompts", type=int, default=None, help="training prompts (default: recipe)")
-    c.add_argument("--part-bytes", type=int, default=40_000_000)
+    c.add_argument("--part-bytes", type=int, default=30_000_000)
     c.add_argument("--wheel-dir", type=Path, default=paths.ROOT / ".whl",
                    help="where the gguf wheel is (pip download gguf==0.19.0 --no-deps -d .whl)")
     c.set_defaults(func=lambda a: _cmd_carry(_default_prompts(a)))

@@ -54,7 +54,7 @@ def _sha(p: Path) -> str:
 # --------------------------------------------------------------------------- #
 # Here: what travels
 # --------------------------------------------------------------------------- #
-def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int = 40_000_000,
+def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int = 30_000_000,
                wheel_dir: Path | None = None) -> dict:
     from .. import models, workloads
 
