@@ -398,3 +398,22 @@ def test_data_step_converts_the_target_in_a_child_process(tmp_path, monkeypatch)
                       "--carry", str(tmp_path / "carry"), "--work", str(tmp_path / "work")]]
     device.target_in_child(tmp_path / "carry", tmp_path / "work")  # converted: no second child
     assert len(calls) == 1
+
+
+def test_the_retraining_is_measured_like_the_recorded_training():
+    """`h200-retrained` compares with `h200-trained` cell for cell only if everything but the
+    weights is the same: engine, hardware, target, workloads, sampling, repeats and warm-up, and
+    each method's speculative config and artifact name."""
+    recorded, retrained = profiles.load_profile("h200-trained"), profiles.load_profile("h200-retrained")
+    for field in ("hardware", "engine", "target", "sampling"):
+        assert getattr(retrained, field) == getattr(recorded, field), field
+    assert (retrained.repeats, retrained.warmup) == (recorded.repeats, recorded.warmup)
+    assert {w.name: w for w in retrained.workloads} == \
+        {w.name: w for w in recorded.workloads if w.name in {x.name for x in retrained.workloads}}
+    for m in retrained.methods:
+        same = recorded.method(m.name)
+        assert (m.speculative, m.draft) == (same.speculative, same.draft), m.name
+        if m.draft:
+            assert retrained.model(m.draft) == recorded.model(m.draft), m.draft
+    (exp,) = retrained.experiments
+    assert set(exp.methods) <= set(recorded.experiment("trained-k4").methods)
