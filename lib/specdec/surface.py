@@ -218,6 +218,17 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
     return out
 
 
+def _read_between(curve: pd.Series, alpha: float) -> tuple[float, float, float] | None:
+    """``curve`` (indexed by measured set α, sorted) read linearly at ``alpha``, with the two
+    measured α around it: (value, alpha_low, alpha_high); None outside the measured range."""
+    a, v = curve.index.to_numpy(dtype=float), curve.to_numpy(dtype=float)
+    if not len(a) or not a[0] <= alpha <= a[-1]:
+        return None
+    hi = int(np.searchsorted(a, alpha))  # the first measured α at or above alpha
+    lo = hi if a[hi] == alpha else hi - 1
+    return float(np.interp(alpha, a, v)), float(a[lo]), float(a[hi])
+
+
 def speedup_at(surface_df: pd.DataFrame, method: str, alpha: float, k: int,
                batch_size: int) -> dict:
     """The measured speedup of ``method`` at set acceptance ``alpha``, read off the surface
@@ -230,16 +241,11 @@ def speedup_at(surface_df: pd.DataFrame, method: str, alpha: float, k: int,
                        & (surface_df["num_speculative_tokens"] == k)
                        & (surface_df["batch_size"] == batch_size)
                        & surface_df["acceptance_alpha"].notna() & surface_df["speedup"].notna()]
-    curve = cells.groupby("acceptance_alpha")["speedup"].median().sort_index()
-    a, s = curve.index.to_numpy(dtype=float), curve.to_numpy(dtype=float)
     out = {"method": method, "k": k, "batch_size": batch_size, "alpha": alpha,
            "speedup": float("nan"), "alpha_low": float("nan"), "alpha_high": float("nan")}
-    if not len(a) or not a[0] <= alpha <= a[-1]:
-        return out
-    hi = int(np.searchsorted(a, alpha))  # the first measured α at or above alpha
-    lo = hi if a[hi] == alpha else hi - 1
-    out.update(speedup=float(np.interp(alpha, a, s)), alpha_low=float(a[lo]),
-               alpha_high=float(a[hi]))
+    read = _read_between(cells.groupby("acceptance_alpha")["speedup"].median().sort_index(), alpha)
+    if read is not None:
+        out.update(speedup=read[0], alpha_low=read[1], alpha_high=read[2])
     return out
 
 
@@ -268,16 +274,12 @@ def speedup_from_cost(surface_df: pd.DataFrame, method: str, alpha: float, k: in
     cells = cells[cells["workload"] == workload]
     base = surface_df[(surface_df["method"] == BASELINE) & (surface_df["batch_size"] == batch_size)
                       & (surface_df["workload"] == workload)]["step_ms"].dropna()
-    curve = cells.groupby("acceptance_alpha")["step_ms"].median().sort_index()
-    a, ms = curve.index.to_numpy(dtype=float), curve.to_numpy(dtype=float)
-    if base.empty or not a[0] <= alpha <= a[-1]:
+    read = _read_between(cells.groupby("acceptance_alpha")["step_ms"].median().sort_index(), alpha)
+    if base.empty or read is None:
         return out
-    hi = int(np.searchsorted(a, alpha))
-    lo = hi if a[hi] == alpha else hi - 1
-    step = float(np.interp(alpha, a, ms))
-    base_ms = float(base.median())
+    step, base_ms = read[0], float(base.median())
     out.update(speedup=base_ms * tokens_per_step / step, step_ms=step, baseline_step_ms=base_ms,
-               alpha_low=float(a[lo]), alpha_high=float(a[hi]))
+               alpha_low=read[1], alpha_high=read[2])
     return out
 
 
