@@ -415,5 +415,10 @@ def test_the_retraining_is_measured_like_the_recorded_training():
         assert (m.speculative, m.draft) == (same.speculative, same.draft), m.name
         if m.draft:
             assert retrained.model(m.draft) == recorded.model(m.draft), m.draft
-    (exp,) = retrained.experiments
-    assert set(exp.methods) <= set(recorded.experiment("trained-k4").methods)
+    assert [e.name for e in retrained.experiments] == ["retrained-k4", "retrained-k8"]
+    for exp in retrained.experiments:
+        same = recorded.experiment(exp.name.replace("retrained", "trained"))
+        assert set(exp.methods) <= set(same.methods), exp.name
+        assert set(exp.temperatures) <= set(same.temperatures), exp.name
+        for field in ("num_speculative_tokens", "batch_sizes", "workloads"):
+            assert getattr(exp, field) == getattr(same, field), (exp.name, field)
