@@ -175,7 +175,13 @@ def test_retraining_table_says_whether_data_and_weights_are_the_same(tmp_path):
     row = t.set_index("artifact").loc["smollm2-eagle"]
     assert row["steps (recorded)"] == row["steps (retrained)"] == 369
     assert bool(row["same data"]) and not bool(row["same weights"])
+    assert acceptance.retraining_sentence(t) == (
+        "1 of 1 artifacts were retrained on data with the recorded sha256, 1 of 1 for the "
+        "recorded number of steps; 0 of 1 came out with the recorded weights bit for bit, and "
+        "their agreement with the target at position 1 differs from the recorded by at most "
+        "1.0% (absolute)")
     assert acceptance.retraining_table(tmp_path / "a", tmp_path / "none").empty
+    assert acceptance.retraining_sentence(pd.DataFrame()).startswith("no retraining")
 
 
 def test_medusa_variants_are_one_method_against_k():
@@ -204,3 +210,44 @@ def test_drafted_per_step_shows_a_proposer_that_stops_short():
     assert t.loc["suffix"].tolist() == pytest.approx([1.0, 1.7, 2.0])
     assert acceptance.drafted_sentence(t) == "suffix drafts 1.0 to 2.0 tokens per proposal for K = 1 to 8"
     assert "not been measured" in acceptance.drafted_sentence(t, "ngram")
+
+
+def test_temperature_effect_takes_both_h200_campaigns_and_says_which(summary):
+    """The retrained weights' K=8 cells (T = 0 and 0.7) count beside the recorded ones, each
+    row naming its campaign; the CPU, which measures T = 0 only, never enters."""
+    more = pd.DataFrame([
+        _row("h200-retrained", "eagle3", 8, "mtbench", 0.0, 0.06, [0.3] * 8),
+        _row("h200-retrained", "eagle3", 8, "mtbench", 0.7, 0.05, [0.2] * 8),
+        _row("h200-retrained", "eagle", 8, "mtbench", 0.0, 0.04, [0.2] * 8),  # no T = 0.7 pair
+    ])
+    temp = acceptance.temperature_effect(pd.concat([summary, more], ignore_index=True))
+    assert temp[["campaign", "method", "K", "T = 0", "T = 0.7"]].values.tolist() == [
+        ["h200-retrained", "eagle3", 8, 0.06, 0.05], ["h200-trained", "eagle3", 4, 0.2, 0.15]]
+
+
+def test_paired_keeps_only_cells_both_profiles_measured(summary):
+    both = acceptance.paired(acceptance.speculative(summary), "cpu-trained", "h200-trained",
+                             ["method", "num_speculative_tokens", "workload", "temperature"])
+    assert both.values.tolist() == [["eagle3", 4, "mtbench", 0.0, 0.18, 0.20]]
+    assert list(acceptance.paired(summary, "cpu-trained", "nowhere", ["method"]).columns) == \
+        ["method", "cpu-trained", "nowhere"]
+
+
+def test_k_sweep_figure_draws_retrained_weights_dashed(summary):
+    """On the H200 the K sweep mixes recorded and retrained weights: each point must say which."""
+    from specdec import plots_trained
+
+    more = pd.DataFrame([
+        _row("h200-retrained", "eagle3", 4, "mtbench", 0.0, 0.19, [0.4] * 4),
+        _row("h200-retrained", "eagle3", 8, "mtbench", 0.0, 0.06, [0.3] * 8),
+    ])
+    rows = acceptance.speculative(pd.concat([summary, more], ignore_index=True))
+    rows = rows[(rows["temperature"] == 0) & (rows["profile"] != "cpu-trained")]
+    fig = plots_trained.acceptance_vs_k_by_weights(rows, "h200-trained", "h200-retrained")
+    lines = {ln.get_label(): ln for ax in fig.axes for ln in ax.get_lines()}
+    assert lines["eagle3 (recorded)"].get_linestyle() == "-"
+    assert lines["eagle3 (retrained)"].get_linestyle() == "--"
+    assert list(lines["eagle3 (retrained)"].get_xdata()) == [4, 8]
+    assert [ax.get_title() for ax in fig.axes] == ["humaneval", "mtbench"]
+    empty = plots_trained.acceptance_vs_k_by_weights(rows.iloc[0:0], "h200-trained", "h200-retrained")
+    assert empty.axes  # an empty figure that says so, not an error

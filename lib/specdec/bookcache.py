@@ -9,7 +9,8 @@ whose inputs moved (as jupyter-cache or showyourwork do). A chapter's key is the
   profile in its ``profiles`` parameter or named in its source (all profiles when it names
   none, as the claims chapter);
 - the shared data every chapter may read: ``data/claims``, ``data/leases``,
-  ``data/model_configs``, ``data/reports``.
+  ``data/model_configs``, ``data/reports``, and the trained artifacts' records ``data/trained``
+  and ``data/retrained``.
 
 The key of the executed copy is stored beside it (``book/chapters/.inputs/<name>.sha256``);
 an executed copy with the same key is kept. The HTML is rebuilt when a chapter was
@@ -27,7 +28,7 @@ from typing import Mapping, Sequence
 
 from . import paths
 
-SHARED_DATA = ("claims", "leases", "model_configs", "reports")
+SHARED_DATA = ("claims", "leases", "model_configs", "reports", "trained", "retrained")
 
 
 def _files(root: Path) -> list[Path]:

@@ -61,3 +61,41 @@ def conditional_by_position(long: pd.DataFrame,
     ax.set_xticks(sorted(mean["position"].unique()))
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return fig
+
+
+def acceptance_vs_k_by_weights(df: pd.DataFrame, recorded: str, retrained: str,
+                               title: str = "Acceptance against K") -> Figure:
+    """Acceptance rate (%) against K, one panel per workload, one colour per method: the
+    recorded weights' cells as solid lines, the retrained weights' as dashed lines with open
+    markers, so a K sweep measured partly with each shows which weights gave which point.
+    Input: acceptance.speculative rows (Medusa as one method) of one machine and temperature."""
+    d = pd.DataFrame() if df is None else df[df["profile"].isin([recorded, retrained])]
+    fig, ax = _figure(title, d, "draft tokens per step, K", "acceptance rate (accepted / draft tokens, %)")
+    if d.empty:
+        _no_data(ax)
+        return fig
+    workloads = sorted(d["workload"].unique())
+    fig.set_size_inches(4.2 * len(workloads) + 1.5, 4.3)
+    fig.clf()
+    fig.suptitle(title)
+    fig.supxlabel(caption(d), fontsize="x-small", color="0.35")
+    axes = fig.subplots(1, len(workloads), sharey=True, squeeze=False)[0]
+    colours = method_palette(sorted(d["method"].unique()))
+    styles = {recorded: dict(linestyle="-", markerfacecolor=None),
+              retrained: dict(linestyle="--", markerfacecolor="white")}
+    for ax, w in zip(axes, workloads):
+        g = d[d["workload"] == w]
+        for (m, p), line in g.groupby(["method", "profile"]):
+            line = line.sort_values("num_speculative_tokens")
+            style = {k: v for k, v in styles[p].items() if v is not None}
+            ax.plot(line["num_speculative_tokens"], 100 * line["acceptance_rate"], marker="o",
+                    color=colours[m], label=f"{m} ({'retrained' if p == retrained else 'recorded'})",
+                    **style)
+        ax.set_title(w)
+        ax.set_xlabel("K")
+        ks = sorted(int(k) for k in d["num_speculative_tokens"].unique())
+        ax.set_xticks(ks)
+        ax.set_ylim(-2, 102)
+    axes[0].set_ylabel("acceptance rate (accepted / draft tokens, %)")
+    axes[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+    return fig
