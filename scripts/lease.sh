@@ -102,7 +102,10 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   # Only what this lease measured goes back.
   (cd /tmp/results && find . \( -name '*.parquet' -o -name '*.peer.json' \) -newer /tmp/lease-start -print0 \
      | tar czf "$OUT/results.tgz" --null -T -) && cp /tmp/run.log /tmp/lease.log "$OUT/"
+  rc=$?
   ls -la "$OUT"
+  # the rows went back or did not: a chain behind this call (`&&`) must know which
+  exit "$rc"
   ;;
 cache)
   # A call returns at most about 64 MiB, so 4 parts of 15 MB per call: `cache N` returns parts
