@@ -66,3 +66,26 @@ def test_lease_files_refuses_a_missing_source(tmp_path):
     assert [str(p) for p in carry.lease_files(tmp_path)] == [".bundle/specdec-bundle.tar.xz.000"]
     with pytest.raises(FileNotFoundError, match="specdec train carry"):
         carry.lease_files(tmp_path, training=True)
+
+
+def test_lease_sh_receive_takes_every_carried_folder_where_carry_says():
+    """`carry.lease_files` and `scripts/lease.sh receive` both know the carried folders: a
+    folder added to one must be added to the other, or its files travel and are never used."""
+    from specdec import paths
+
+    script = (paths.ROOT / "scripts" / "lease.sh").read_text()
+    receive = script[script.index("\nreceive)"):script.index("\n  ;;", script.index("\nreceive)"))]
+    copies = [line.split() for line in receive.splitlines() if "cp -v" in line]
+    for folder, dest in carry.CARRIED.items():
+        hit = [c for c in copies if any(w.startswith(folder + "/") for w in c)]
+        assert hit, f"lease.sh receive does not copy {folder}/"
+        assert any(w.rstrip("/") == dest for c in hit for w in c), (folder, dest, hit)
+
+
+def test_plan_refuses_a_recorded_training_from_elsewhere(tmp_path, capsys):
+    with pytest.raises(ValueError, match="travels from .train-out"):
+        carry.lease_files(tmp_path, bundle=False, recorded=tmp_path / "parts")
+    from specdec import cli
+
+    assert cli.main(["carry-plan", "--no-bundle", "--recorded", ".train-out/no-such-lease"]) == 2
+    assert "nothing to carry" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 from . import paths
@@ -27,6 +28,10 @@ CALL_PATHS = 8
 #: Left free under :data:`CALL_BYTES`: the tool's own accounting is not published.
 MARGIN = 1 * MIB
 BLOCK = 4096
+#: The folders a lease carries beyond the tree, and where ``scripts/lease.sh receive`` puts
+#: their files on the device (a test holds the script to this list).
+CARRIED = {".bundle": "/tmp/b", ".train-carry": "/tmp/t", ".train-out": "/tmp/t/recorded",
+           ".vllm-cache": "/tmp/vc"}
 
 
 def on_disk(size: int) -> int:
@@ -83,9 +88,13 @@ def lease_files(root: Path | None = None, bundle: bool = True, training: bool = 
     if training:
         wanted.append((".train-carry", "specdec train carry"))
     if recorded is not None:
+        if Path(recorded).parts[:1] != (".train-out",):
+            raise ValueError(f"{recorded}: a recorded training travels from .train-out/<lease>/, "
+                             "the only place `scripts/lease.sh receive` takes its parts from")
         wanted.append((str(recorded), "the parts a training lease brought back"))
     if cache:
         wanted.append((".vllm-cache", "scripts/lease.sh cache"))
+    assert {Path(f).parts[0] for f, _ in wanted} <= set(CARRIED), wanted
     files = []
     for folder, how in wanted:
         found = sorted(p for p in (root / folder).glob("*") if p.is_file()) \
@@ -108,10 +117,15 @@ def describe(calls: list[list[Path]], tree: int, root: Path | None = None) -> st
 
 
 def _cmd_plan(a) -> int:
-    files = lease_files(bundle=not a.no_bundle, training=a.training, recorded=a.recorded,
-                        cache=a.cache)
-    tree = tree_bytes()
-    print(describe(plan(files, tree), tree))
+    try:
+        files = lease_files(bundle=not a.no_bundle, training=a.training, recorded=a.recorded,
+                            cache=a.cache)
+        tree = tree_bytes()
+        calls = plan(files, tree)
+    except (FileNotFoundError, ValueError) as e:  # before any device call: say what to do
+        print(f"specdec carry-plan: {e}", file=sys.stderr)
+        return 2
+    print(describe(calls, tree))
     return 0
 
 
