@@ -159,6 +159,16 @@ def test_reproduction_compares_the_same_cells_against_the_declared_tolerance(sum
     assert text.startswith("1 of 2 methods reproduce within ±3%") and "eagle, +5.0%" in text
     assert acceptance.reproduction(summary).empty  # nothing retrained yet
     assert "not been measured" in acceptance.reproduction_sentence(acceptance.reproduction(summary))
+    assert acceptance.reproduction_margin(rep, 0.014) == (
+        "the largest difference of the means, 5.0%, is outside the tolerance and not smaller than "
+        "the 1.4% by which the same weights vary between the CPU and the H200")
+    assert acceptance.reproduction_margin(rep[rep["method"] == "eagle3"], 0.02).startswith(
+        "the largest difference of the means, 1.5%, is within the tolerance and smaller")
+    assert acceptance.reproduction_margin(rep.iloc[0:0], 0.014).startswith("not known")
+    # profiles passed by name are paired even where they are not among the chapter's campaigns
+    other = pd.concat([summary, retrained], ignore_index=True).replace(
+        {"profile": {"h200-trained": "a", "h200-retrained": "b"}})
+    assert acceptance.reproduction(other, "a", "b")["method"].tolist() == ["eagle3", "eagle"]
 
 
 def test_retraining_table_says_whether_data_and_weights_are_the_same(tmp_path):

@@ -18,11 +18,7 @@ def acceptance_by_method(df: pd.DataFrame, k: int,
     if d.empty:
         _no_data(ax)
         return fig
-    fig.set_size_inches(4.5 * len(temps) + 1, 4.5)
-    fig.clf()  # one panel per temperature; the provenance caption goes under them all
-    fig.suptitle(f"{title} (K = {k})")
-    fig.supxlabel(caption(d), fontsize="x-small", color="0.35")
-    axes = fig.subplots(1, len(temps), sharey=True, squeeze=False)[0]
+    axes = _panels(fig, f"{title} (K = {k})", d, len(temps), 4.5)
     methods = sorted(d["method"].unique())
     colours = method_palette(methods)
     workloads = sorted(d["workload"].unique())
@@ -41,6 +37,16 @@ def acceptance_by_method(df: pd.DataFrame, k: int,
     axes[0].set_ylabel("acceptance rate (accepted / draft tokens, %)")
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return fig
+
+
+def _panels(fig: Figure, title: str, d: pd.DataFrame, n: int, width: float) -> list:
+    """Turn ``fig`` into ``n`` panels side by side sharing the y axis, with one title and the
+    provenance caption of ``d`` under them all; returns the axes."""
+    fig.set_size_inches(width * n + 1.5, 4.4)
+    fig.clf()
+    fig.suptitle(title)
+    fig.supxlabel(caption(d), fontsize="x-small", color="0.35")
+    return list(fig.subplots(1, n, sharey=True, squeeze=False)[0])
 
 
 def conditional_by_position(long: pd.DataFrame,
@@ -75,26 +81,19 @@ def acceptance_vs_k_by_weights(df: pd.DataFrame, recorded: str, retrained: str,
         _no_data(ax)
         return fig
     workloads = sorted(d["workload"].unique())
-    fig.set_size_inches(4.2 * len(workloads) + 1.5, 4.3)
-    fig.clf()
-    fig.suptitle(title)
-    fig.supxlabel(caption(d), fontsize="x-small", color="0.35")
-    axes = fig.subplots(1, len(workloads), sharey=True, squeeze=False)[0]
+    axes = _panels(fig, title, d, len(workloads), 4.2)
     colours = method_palette(sorted(d["method"].unique()))
-    styles = {recorded: dict(linestyle="-", markerfacecolor=None),
-              retrained: dict(linestyle="--", markerfacecolor="white")}
     for ax, w in zip(axes, workloads):
-        g = d[d["workload"] == w]
-        for (m, p), line in g.groupby(["method", "profile"]):
+        for (m, p), line in d[d["workload"] == w].groupby(["method", "profile"]):
             line = line.sort_values("num_speculative_tokens")
-            style = {k: v for k, v in styles[p].items() if v is not None}
+            again = p == retrained
             ax.plot(line["num_speculative_tokens"], 100 * line["acceptance_rate"], marker="o",
-                    color=colours[m], label=f"{m} ({'retrained' if p == retrained else 'recorded'})",
-                    **style)
+                    color=colours[m], linestyle="--" if again else "-",
+                    markerfacecolor="white" if again else colours[m],
+                    label=f"{m} ({'retrained' if again else 'recorded'})")
         ax.set_title(w)
         ax.set_xlabel("K")
-        ks = sorted(int(k) for k in d["num_speculative_tokens"].unique())
-        ax.set_xticks(ks)
+        ax.set_xticks(sorted(int(k) for k in d["num_speculative_tokens"].unique()))
         ax.set_ylim(-2, 102)
     axes[0].set_ylabel("acceptance rate (accepted / draft tokens, %)")
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")

@@ -20,7 +20,8 @@ def _target_dir() -> Path:
 def _cmd_carry(a) -> int:
     from . import device
 
-    man = device.make_carry(a.out, a.prompts, a.part_bytes, a.wheel_dir)
+    sizes = {} if a.part_bytes is None else {"part_bytes": a.part_bytes}
+    man = device.make_carry(a.out, a.prompts, wheel_dir=a.wheel_dir, **sizes)
     for f in sorted(man["files"]):
         print(f"  {f}  {(a.out / f).stat().st_size / 1e6:.1f} MB")
     print(f"{a.out}: {man['split']['train']['count']} training prompts (sha256 "
@@ -133,7 +134,8 @@ def register(subparsers) -> None:
     c = sub.add_parser("carry", help="prepare .train-carry/ for a training lease")
     c.add_argument("--out", type=Path, default=paths.ROOT / ".train-carry")
     c.add_argument("--prompts", type=int, default=None, help="training prompts (default: recipe)")
-    c.add_argument("--part-bytes", type=int, default=30_000_000)
+    c.add_argument("--part-bytes", type=int, default=None,
+                   help="GGUF part size (default: device.make_carry's, which fits a call beside the tree)")
     c.add_argument("--wheel-dir", type=Path, default=paths.ROOT / ".whl",
                    help="where the gguf wheel is (pip download gguf==0.19.0 --no-deps -d .whl)")
     c.set_defaults(func=lambda a: _cmd_carry(_default_prompts(a)))
