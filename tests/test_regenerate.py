@@ -125,7 +125,8 @@ def test_report_names_moved_figures_and_environment_changes(regen):
     assert fields["GPU / device"]["now"] == ["NVIDIA B200"] and "driver" in fields
     assert "vLLM" not in fields
     path = regenerate.write_report(rep, regen["reports"])
-    md = regenerate.report_markdown(regenerate.load_reports(regen["reports"])[0])
+    # the regeneration above wrote its own report first; this one is the newest (oldest first)
+    md = regenerate.report_markdown(regenerate.load_reports(regen["reports"])[-1])
     assert "NVIDIA B200" in md and "output tok/s" in md and "+100" in md
     assert json.loads(path.read_text())["profile"] == "fake"
 
@@ -197,3 +198,14 @@ def test_run_report_page_shows_a_report(tmp_path):
     text = out.read_text()
     assert "eagle3-k4-b1-repeat-t0-a0p8-12345678" in text and "0.26.0 → 0.27.0" in text
     assert "1 regeneration(s) recorded" in text and "+16.7%" in text
+
+
+def test_two_reports_in_one_second_are_both_kept_in_order(tmp_path):
+    """Report files are named by their second: a second report in the same second must neither
+    overwrite the first nor sort before it."""
+    rep = {"profile": "fake", "timestamp_utc": "2026-12-02T04:54:03Z", "rerun": [], "moved": [],
+           "environment": []}
+    first = regenerate.write_report({**rep, "rerun": [{"cell_id": "a"}]}, tmp_path)
+    second = regenerate.write_report({**rep, "rerun": [{"cell_id": "b"}]}, tmp_path)
+    assert first != second
+    assert [r["rerun"][0]["cell_id"] for r in regenerate.load_reports(tmp_path)] == ["a", "b"]

@@ -166,7 +166,10 @@ def write_report(report: dict, reports_dir: Path | None = None) -> Path:
     d = (reports_dir or REPORTS_DIR) / report["profile"]
     d.mkdir(parents=True, exist_ok=True)
     stamp = report["timestamp_utc"].replace(":", "").replace("-", "")
-    path = d / f"{stamp}.json"
+    path, n = d / f"{stamp}.json", 0
+    while path.exists():  # a second report in the same second: keep both, in order ('~' sorts after '.')
+        n += 1
+        path = d / f"{stamp}~{n}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     tmp.replace(path)
