@@ -6,11 +6,16 @@
 #                                                 .train-carry/ to /tmp/t, the parts of a
 #                                                 recorded training (.train-out/LEASE/) to
 #                                                 /tmp/t/recorded
-#   scripts/lease.sh measure COMMIT SECONDS PROFILE EXPERIMENT...
+#   scripts/lease.sh measure COMMIT SECONDS PROFILE [--panel start|end] EXPERIMENT...
 #                                                 unpack once, then run the experiments in
 #                                                 order until SECONDS have passed (or until
 #                                                 $LEASE_DEADLINE, epoch, less 40 s); results,
-#                                                 log and the lease record go to $OUT
+#                                                 log and the lease record go to $OUT.
+#                                                 --panel start: the profile's control panel
+#                                                 joins the first experiment (its engines
+#                                                 first); --panel end: the panel after the
+#                                                 experiments (none: the panel alone). Rows
+#                                                 carry the lease id $SPECDEC_LEASE.
 #   scripts/lease.sh cache [N]                    vLLM's compile cache in 15 MB parts, 4 per call:
 #                                                 parts 4N..4N+3 to $OUT
 #   scripts/lease.sh train receive                the same as receive
@@ -49,6 +54,8 @@ receive)
   ;;
 measure)
   commit=${1:?commit}; seconds=${2:?seconds}; profile=${3:?profile}; shift 3
+  panel=""
+  if [ "${1:-}" = "--panel" ]; then panel=${2:?panel phase}; shift 2; fi
   t0=$(date +%s)
   # LEASE_DEADLINE (epoch seconds, set where the calls are written: send time + the session's
   # device time) caps the budget, so a call queued behind a slow step ends, and returns its
@@ -85,6 +92,7 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
       && find "/tmp/results/$profile" -exec touch -d 2000-01-01 {} +
   fi
   echo "measure-start $(stamp) $profile $*" >> /tmp/lease.log
+  first_panel=""; [ "$panel" = start ] && first_panel="--panel start"
   for exp in "$@"; do
     left=$(( seconds - ($(date +%s) - t0) ))
     [ "$left" -lt 150 ] && { echo "budget spent: $exp not started"; break; }
@@ -94,15 +102,23 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
         --budget "$left" 2>&1 | tee -a /tmp/run.log
       continue
     fi
-    python3 -m specdec.cli run "$profile" -e "$exp" --results-root /tmp/results --budget "$left" 2>&1 \
-      | grep --line-buffered -v "it/s\]$" | tee -a /tmp/run.log
+    python3 -m specdec.cli run "$profile" -e "$exp" $first_panel --results-root /tmp/results \
+      --budget "$left" 2>&1 | grep --line-buffered -v "it/s\]$" | tee -a /tmp/run.log
+    first_panel=""
   done
+  if [ "$panel" = end ] || { [ "$panel" = start ] && [ $# -eq 0 ]; }; then
+    left=$(( seconds - ($(date +%s) - t0) ))
+    python3 -m specdec.cli run "$profile" --panel "$panel" --results-root /tmp/results \
+      --budget "$left" 2>&1 | grep --line-buffered -v "it/s\]$" | tee -a /tmp/run.log
+  fi
   echo "measure-end $(stamp)" >> /tmp/lease.log
   python3 -m specdec.cli status "$profile" --results-root /tmp/results 2>/dev/null | tee -a /tmp/run.log
   # Only what this lease measured goes back.
   (cd /tmp/results && find . \( -name '*.parquet' -o -name '*.peer.json' \) -newer /tmp/lease-start -print0 \
      | tar czf "$OUT/results.tgz" --null -T -) && cp /tmp/run.log /tmp/lease.log "$OUT/"
   rc=$?
+  # the control panels (data/panels/<lease>-<phase>/<profile>/), all of this lease's so far
+  [ -d /tmp/panels ] && tar czf "$OUT/panels.tgz" -C /tmp panels
   ls -la "$OUT"
   # the rows went back or did not: a chain behind this call (`&&`) must know which
   exit "$rc"

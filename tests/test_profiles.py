@@ -277,3 +277,33 @@ def test_cell_ids_of_hub_sources_are_pinned():
     got = {P.cell_id(prof, c) for c in P.expand(prof)}
     assert {"baseline-k0-b1-mtbench-t0-bd840ce6", "draft-llama-3.2-1b-k5-b1-mtbench-t0-23eb20aa",
             "eagle3-k8-b1-mtbench-t0-99976af5"} <= got
+
+
+def test_protocol_2_method_env_and_panel():
+    """Issue 19: a profile may choose protocol 2 and a control panel (an experiment of its
+    own); a method may pin environment variables (a control), which its cells' hash records;
+    a baseline may stand beside speculative methods in a set-acceptance grid."""
+    data = _minimal()
+    data["methods"].append({"name": "baseline-v1", "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}})
+    data["experiments"].append({"name": "panel", "description": "d",
+                                "methods": ["ngram", "baseline-v1"], "num_speculative_tokens": [2],
+                                "batch_sizes": [1], "workloads": ["w"], "acceptance": [0.8]})
+    plain = P.profile_from_dict(data)
+    assert plain.protocol.version == 1 and plain.protocol.engine_core == "inproc"
+    cells = P.expand(plain, ["panel"])
+    assert {(c.method, c.acceptance) for c in cells} == {
+        ("baseline", None), ("baseline-v1", None), ("ngram", 0.8)}
+    v1 = next(c for c in cells if c.method == "baseline-v1")
+    base = next(c for c in cells if c.method == "baseline")
+    assert P.cell_config(plain, v1)["method_env"] == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    assert "method_env" not in P.cell_config(plain, base)  # hashes of older cells unchanged
+    assert "protocol" not in P.cell_config(plain, base)
+    assert P.engine_env(plain, "baseline-v1")["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    data["protocol"] = {"version": 2, "min_repeat_s": 2.0, "remeasure_cv": 0.03,
+                        "panel_experiment": "panel"}
+    p2 = P.profile_from_dict(data)
+    assert p2.protocol.interleaved and p2.protocol.engine_core == "default"
+    assert P.cell_id(p2, base) != P.cell_id(plain, base)  # another protocol, another cell
+    data["protocol"]["panel_experiment"] = "nope"
+    with pytest.raises(P.ProfileError, match=r"protocol\.panel_experiment: no experiment named 'nope'"):
+        P.profile_from_dict(data)

@@ -42,6 +42,9 @@ FAKE_WORKER = textwrap.dedent('''
             return [fn(self.worker, *args)]
         def generate(self, prompts, params, use_tqdm=False):
             n = len(prompts)
+            if os.environ.get("FAKE_CALL_LOG"):
+                with open(os.environ["FAKE_CALL_LOG"], "a") as fh:
+                    fh.write(str(n) + chr(10))
             if n == CRASH_BATCH:
                 os._exit(3)  # like an OOM kill: no traceback, no goodbye
             if n == HANG_BATCH:
@@ -325,3 +328,72 @@ def test_set_acceptance_needs_a_synthetic_sampler(setup):
 
     with pytest.raises(RuntimeError, match="synthetic"):
         worker.set_synthetic_rates(NoSampler(), [0.5, 0.25])
+
+
+def _protocol2(setup, **protocol):
+    prof = yaml.safe_load(open(setup["profile"]))
+    prof["repeats"] = 3
+    prof["protocol"] = {"version": 2, "min_repeat_s": 0.0, "panel_experiment": "b", **protocol}
+    prof["methods"].append({"name": "ngram-pinned", "speculative": {"method": "ngram"},
+                            "env": {"FAKE_PINNED": "1"}})
+    prof["experiments"][0]["methods"] = ["ngram", "ngram-pinned"]
+    open(setup["profile"], "w").write(yaml.safe_dump(prof))
+
+
+def test_protocol2_interleaves_repeats_and_records_steps(setup, tmp_path, monkeypatch):
+    """Issue 19: repeat r of every cell of an engine before repeat r+1; engine steps, step
+    time and tokens per step on every row; the method's own environment; version 2."""
+    _protocol2(setup)
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("FAKE_CALL_LOG", str(log))
+    res = _run(setup, experiments=["a"], lease="L7")
+    assert len(res["ok"]) == 6 and not res["failed"]
+    runs = store.load_runs("fake", setup["results"])
+    assert set(runs["measure_version"]) == {2} and set(runs["lease_id"]) == {"L7"}
+    assert runs["panel_phase"].isna().all() and set(runs["attempt"]) == {0}
+    ng = runs[(runs.method == "ngram") & (runs.batch_size == 1)].sort_values("repeat")
+    # 3 prompts at batch 1: 3 calls; 2 drafts per request per call, 5 tokens each:
+    # steps per request = max(1 + drafts, output - accepted) = max(3, 5 - 2) = 3.
+    assert list(ng["engine_steps"]) == [9.0] * 3
+    assert ng["step_ms"].tolist() == pytest.approx((1000 * ng["wall_s"] / 9).tolist())
+    assert ng["tokens_per_step"].tolist() == pytest.approx([5 / 3] * 3)
+    base = runs[runs.method == "baseline"]
+    assert (base["tokens_per_step"] == 1.0).all()
+    # The engine of each method: warm-up per batch size, then rounds b1, b2, b1, b2, ...
+    calls = [int(x) for x in log.read_text().split()]
+    # baseline engine first: warm-up b1 (3 calls), b2 (2 calls), then 3 rounds of (3 + 2)
+    assert calls[:5 + 15] == [1, 1, 1, 2, 2] + [1, 1, 1, 2, 2] * 3
+    assert set(runs[runs.method == "ngram-pinned"]["engine_core"]) == {"default"}
+
+
+def test_protocol2_panel_is_stored_apart_and_its_engines_come_first(setup, capsys):
+    _protocol2(setup)
+    res = _run(setup, experiments=["a"], panel="start", lease="L7")
+    out = capsys.readouterr().out
+    assert not res["failed"]
+    panel = store.load_runs("fake", runner.panel_root(setup["results"], "L7", "start"))
+    # experiment b: baseline b1, ngram K2 b1, ngram K3 b1
+    assert panel["cell_id"].nunique() == 3 and set(panel["panel_phase"]) == {"start"}
+    assert set(panel["lease_id"]) == {"L7"}
+    main = store.load_runs("fake", setup["results"])
+    assert main["panel_phase"].isna().all() and main["cell_id"].nunique() == 6
+    order = [l for l in out.splitlines() if "engine ready" in l]
+    assert "[baseline K=0]" in order[0] and "[ngram K=2]" in order[1] and "[ngram K=3]" in order[2]
+    # The end panel alone, later in the lease: its engines only.
+    end = _run(setup, panel="end", lease="L7")
+    assert len(end["ok"]) == 3
+    with pytest.raises(Exception, match="lease id"):
+        _run(setup, panel="end", lease="", dry_run=True)
+
+
+def test_protocol2_engine_that_cannot_finish_is_not_started(setup):
+    """Under protocol 2 an engine stores its cells only after every round: one that cannot
+    finish in what is left of the budget is not started, and its cells stay pending."""
+    _protocol2(setup, min_repeat_s=2.0)
+    prof = runner.profiles.load_profile(setup["profile"])
+    two = runner.plan(prof, ["a"])[:2]  # the baseline engine: b1 and b2
+    # start + 3 s warm-up per batch size + cells x repeats x max(min_repeat_s, 1) x 1.25
+    assert runner.engine_estimate_s(prof, two) == pytest.approx(80 + 6 + 2 * 3 * 2.5)
+    res = _run(setup, experiments=["a"], budget_s=100)
+    assert len(res["deferred"]) == 6 and not res["ok"] and not res["failed"]
+    assert not (setup["results"] / "fake").exists() or not any((setup["results"] / "fake").iterdir())

@@ -48,6 +48,7 @@ LAYERS: dict[str, dict[str, str]] = {
         "metrics": "rows to cell summaries: throughput, speedup with intervals, acceptance",
         "theory": "the analytical model of speculative decoding, fitted to measured costs",
         "surface": "the set-acceptance speedup surface: break-even, best K, dynamic K",
+        "protocol": "measuring protocol 2: step-cost speedups, the control panel, the controls",
         "adaptive": "the article's adaptive K (C17) simulated against fixed K from measured costs",
         "acceptance": "the acceptance reached by the study's trained heads and drafts, per method",
         "findings": "sentences derived from the rows, so that they change when the rows do",

@@ -168,6 +168,9 @@ class Method(_Schema):
     speculative: dict[str, Any] | None = None
     draft: str | None = None
     description: str = ""
+    #: Environment variables of this method's engines on top of ``engine.env``: a pinned
+    #: setting shown beside vLLM's default (e.g. ``VLLM_USE_V2_MODEL_RUNNER: "0"``).
+    env: dict[str, str] = {}
 
 
 class TextOptions(TypedDict, total=False):
@@ -257,6 +260,33 @@ class Experiment(_Schema):
     acceptance: Seq[Annotated[float, Field(ge=0.0, le=1.0)]] = ()
 
 
+class Protocol(_Schema):
+    """How a cell is measured inside its engine (:mod:`specdec.worker`).
+
+    Version 1 (the default, every profile before issue 19): ``repeats`` timed passes per
+    cell, one cell after another, in vLLM's in-process engine core. Version 2 (issue 19):
+    a timed repeat runs whole passes until it has lasted ``min_repeat_s``; repeat r of
+    every cell of an engine runs before repeat r+1 (drift within the engine hits every
+    cell alike); a cell whose throughput CV exceeds ``remeasure_cv`` is measured again,
+    once, in the same engine; the engine core is vLLM's default (a separate process).
+    """
+
+    version: Literal[1, 2] = 1
+    min_repeat_s: NonNegativeFloat = 0.0
+    remeasure_cv: float | None = Field(None, gt=0.0)
+    #: Cells of the profile measured at the start and the end of every lease (issue 19's
+    #: control panel): cell ids of ``panel`` experiment's grid.
+    panel_experiment: str | None = None
+
+    @property
+    def interleaved(self) -> bool:
+        return self.version >= 2
+
+    @property
+    def engine_core(self) -> Literal["inproc", "default"]:
+        return "default" if self.version >= 2 else "inproc"
+
+
 class Profile(_Schema):
     name: str
     description: str
@@ -271,6 +301,7 @@ class Profile(_Schema):
     #: Median and MAD over repeats need at least 3.
     repeats: int = Field(3, ge=3)
     warmup: int = Field(1, ge=1)
+    protocol: Protocol = Protocol()
     #: True for profiles that document a setup but are never run by this study.
     reference_only: bool = False
 
@@ -316,6 +347,10 @@ def _check_references(p: Profile) -> None:
             raise ProfileError(f"methods[{i}].draft: no model named {m.draft!r}")
         if m.speculative is not None and "method" not in m.speculative:
             raise ProfileError(f"methods[{i}].speculative.method: required key is missing")
+    if p.protocol.panel_experiment is not None and \
+            p.protocol.panel_experiment not in {e.name for e in p.experiments}:
+        raise ProfileError(f"protocol.panel_experiment: no experiment named "
+                           f"{p.protocol.panel_experiment!r}")
     for i, e in enumerate(p.experiments):
         where = f"experiments[{i}]"
         for m in e.methods:
@@ -327,6 +362,8 @@ def _check_references(p: Profile) -> None:
         if e.acceptance:
             for m in e.methods:
                 spec = p.method(m).speculative
+                if spec is None and any(p.method(x).speculative for x in e.methods):
+                    continue  # a baseline beside the speculative methods: measured once, no alpha
                 if spec is None:
                     raise ProfileError(f"{where}.acceptance: method {m!r} does not speculate; "
                                        "set acceptance only for speculative methods")
@@ -488,7 +525,20 @@ def cell_config(profile: Profile, cell: Cell) -> dict[str, Any]:
         "sampling": {**profile.sampling.model_dump(), "temperature": cell.temperature},
         "repeats": profile.repeats,
         "warmup": profile.warmup,
+        # Only where set, so that the cells stored before these fields keep their hash.
+        **({"method_env": dict(m.env)} if m.env else {}),
+        **({"protocol": profile.protocol.model_dump()} if profile.protocol != Protocol() else {}),
     }
+
+
+def engine_env(profile: Profile, method: str) -> dict[str, str]:
+    """The environment of ``method``'s engines: the profile's, then the method's own."""
+    return {**profile.engine.env, **profile.method(method).env}
+
+
+def measure_version(profile: Profile) -> int:
+    """The measuring protocol a cell of ``profile`` is measured with (stored on every row)."""
+    return profile.protocol.version
 
 
 def config_hash(config: Mapping[str, Any]) -> str:

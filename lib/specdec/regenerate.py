@@ -76,9 +76,10 @@ def stale_cells(profile, experiments: Sequence[str] | None = None,
         if set(g["config_hash"]) != {want_hash}:
             why.append("configuration changed")
         versions = {int(v) if v == v and v is not None else 1 for v in g["measure_version"]}
-        if versions != {runner.MEASURE_VERSION}:
+        want_version = runner.measure_version(prof)
+        if versions != {want_version}:
             why.append(f"measuring code version {'/'.join(map(str, sorted(versions)))} -> "
-                       f"{runner.MEASURE_VERSION}")
+                       f"{want_version}")
         engines = {(p, _release(v)) for p, v in zip(g["vllm_package"], g["vllm_version"])}
         if engines != {want_engine}:
             have = ", ".join(sorted(f"{p} {v}" for p, v in engines))

@@ -56,8 +56,15 @@ ERROR_TAIL = 4000
 #: Version of the measuring protocol described above, stored in every row
 #: (``measure_version``). Bump it when a change alters what a cell measures (timing,
 #: counters, passes, warm-up); ``specdec regenerate`` then remeasures the older rows.
-#: Rows stored before the column existed read as null and count as version 1.
+#: Rows stored before the column existed read as null and count as version 1. A profile
+#: may choose a later protocol (``protocol.version``: 2 is issue 19's, see
+#: :class:`specdec.profiles.Protocol`); its rows carry that version.
 MEASURE_VERSION = 1
+
+
+def measure_version(profile: Profile) -> int:
+    """The protocol version the rows of ``profile`` are measured with now."""
+    return max(MEASURE_VERSION, profile.protocol.version)
 
 
 # --------------------------------------------------------------------------- #
@@ -95,7 +102,7 @@ def identity(profile: Profile, cell: Cell, tags: dict[Cell, list[str]] | None = 
         "max_tokens": profile.sampling.max_tokens,
         "compilation": compilation_label(profile),
         "acceptance_alpha": cell.acceptance,
-        "measure_version": MEASURE_VERSION,
+        "measure_version": measure_version(profile),
     }
 
 
@@ -117,6 +124,45 @@ class PlannedCell:
     cell_id: str
     status: str  # stored status before this run: ok | failed | missing
     will_run: bool
+    #: Where the cell is stored when not in the run's results root (a lease's control panel).
+    root: Path | None = None
+    panel_phase: str | None = None
+
+
+PANEL_PHASES = ("start", "end")
+
+
+def panel_root(results_root: Path | None, lease: str, phase: str) -> Path:
+    """Where a lease's control panel is stored: ``data/panels/<lease>-<phase>/<profile>/``
+    beside ``data/results`` (or beside the run's results root)."""
+    base = Path(results_root) if results_root else paths.RESULTS_DIR
+    return base.parent / "panels" / f"{lease}-{phase}"
+
+
+def panel_cells(profile: Profile, lease: str, phase: str,
+                results_root: Path | None = None) -> list[PlannedCell]:
+    """The control panel of ``profile`` (its ``protocol.panel_experiment``), measured again
+    in every lease, at its start and at its end, whatever is stored already."""
+    if profile.protocol.panel_experiment is None:
+        raise profiles.ProfileError(f"{profile.name}: protocol.panel_experiment is not set: "
+                                    "this profile has no control panel")
+    if phase not in PANEL_PHASES:
+        raise profiles.ProfileError(f"--panel: {phase!r} is not one of {', '.join(PANEL_PHASES)}")
+    if not lease:
+        raise profiles.ProfileError("--panel needs a lease id (--lease or $SPECDEC_LEASE)")
+    root = panel_root(results_root, lease, phase)
+    return [PlannedCell(c, profiles.cell_id(profile, c), store.cell_status(profile.name,
+                        profiles.cell_id(profile, c), root), True, root, phase)
+            for c in profiles.expand(profile, [profile.protocol.panel_experiment])]
+
+
+def engine_estimate_s(profile: Profile, cells: Sequence[PlannedCell], start_s: float = 80.0) -> float:
+    """Seconds an engine of ``cells`` is expected to take, start included: under protocol 2
+    the cells are stored only once every repeat has run, so an engine must not start unless
+    it can finish. Warm-up and one repeat per cell and round, each at least min_repeat_s."""
+    per_repeat = max(profile.protocol.min_repeat_s, 1.0) * 1.25
+    shapes = {(pc.cell.workload, pc.cell.temperature, pc.cell.batch_size) for pc in cells}
+    return start_s + 3.0 * len(shapes) + len(cells) * profile.repeats * per_repeat
 
 
 def plan(profile: Profile, experiments: Sequence[str] | None = None, force: bool = False,
@@ -157,7 +203,8 @@ def default_worker() -> list[str]:
 
 
 def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int, bool],
-                cells: list[PlannedCell], tags, results_root: Path | None) -> dict:
+                cells: list[PlannedCell], tags, results_root: Path | None,
+                deadline: float | None = None) -> dict:
     method, k, _synthetic = key
     m = profile.method(method)
     target = models.resolve_model(profile, profile.target.name)
@@ -167,7 +214,9 @@ def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int, bool]
         "profile_path": str(profile_path),
         "results_root": str(results_root) if results_root else None,
         "engine": profile.engine.model_dump(),
-        "env": dict(profile.engine.env),
+        "env": profiles.engine_env(profile, method),
+        "engine_core": profile.protocol.engine_core,
+        "deadline": deadline,
         "sampling": profile.sampling.model_dump(),
         "target_path": target,
         "tokenizer": tokenizer,
@@ -175,7 +224,8 @@ def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int, bool]
         # cell's own before measuring it.
         "speculative_config": profiles.speculative_config(profile, method, k, draft,
                                                           acceptance=cells[0].cell.acceptance),
-        "cells": [{"cell": dataclasses.asdict(pc.cell), "identity": identity(profile, pc.cell, tags)}
+        "cells": [{"cell": dataclasses.asdict(pc.cell), "identity": identity(profile, pc.cell, tags),
+                   "results_root": str(pc.root) if pc.root else None, "panel_phase": pc.panel_phase}
                   for pc in cells],
     }
 
@@ -252,11 +302,43 @@ def _run_group(cmd: list[str], spec: dict, env: dict, timeout: float, log_path: 
     return rc, "".join(tail)
 
 
+def _ordered_groups(profile: Profile, todo: Sequence[PlannedCell],
+                    experiments: Sequence[str] | None, panel: str | None
+                    ) -> dict[tuple[str, int, bool], list[PlannedCell]]:
+    """Cells by engine (method, K, synthetic), the engines in the order of the experiments
+    named (then the profile's), each experiment's methods in its listed order (the baseline
+    first); a control panel's engines first (start) or last (end)."""
+    order = [profile.experiment(e) for e in experiments] if experiments else list(profile.experiments)
+    rank: dict[str, tuple[int, int]] = {profiles.BASELINE: (-1, -1)}
+    for i, e in enumerate(order):
+        for j, m in enumerate(e.methods):
+            rank.setdefault(m, (i, j))
+    groups: dict[tuple[str, int, bool], list[PlannedCell]] = {}
+    for pc in todo:
+        groups.setdefault(pc.cell.engine_key, []).append(pc)
+    for cells in groups.values():
+        # cells of one batch size back to back (one warm-up serves them); a panel cell
+        # beside the same cell measured for the profile
+        cells.sort(key=lambda pc: (pc.cell.workload, pc.cell.temperature, pc.cell.batch_size,
+                                   -1.0 if pc.cell.acceptance is None else pc.cell.acceptance,
+                                   pc.panel_phase or ""))
+
+    def key(item):
+        (method, k, _), cells = item
+        has_panel = any(pc.panel_phase for pc in cells)
+        first = 0 if panel is None else ((0 if has_panel else 1) if panel == "start"
+                                         else (1 if has_panel else 0))
+        return (first, rank.get(method, (len(order), 0)), k)
+
+    return dict(sorted(groups.items(), key=key))
+
+
 def run(profile: Profile | str, experiments: Sequence[str] | None = None, force: bool = False,
         dry_run: bool = False, results_root: Path | None = None, timeout: float | None = None,
         worker: list[str] | None = None, out=None,
         cells: Sequence[str] | None = None, budget_s: float | None = None,
-        min_engine_s: float = 120.0) -> dict[str, list[str]]:
+        min_engine_s: float = 120.0, panel: str | None = None,
+        lease: str | None = None) -> dict[str, list[str]]:
     """Measure every pending cell of ``profile``; returns cell ids by outcome.
 
     ``cells``: only cells whose id matches one of these globs (e.g. to ``force`` a rerun of
@@ -264,7 +346,12 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
     fake one). ``budget_s``: wall-clock seconds this run may take (a device lease): no
     engine starts with less than ``min_engine_s`` left, and a running engine is stopped
     when the budget is spent. Cells the budget cut are ``deferred``: left unstored (not
-    failed), so the next run measures them.
+    failed), so the next run measures them. Under protocol 2 an engine starts only if its
+    expected time (:func:`engine_estimate_s`) fits what is left.
+
+    ``panel`` ("start" or "end"): measure the profile's control panel too, stored apart
+    for the lease ``lease`` (:func:`panel_root`); its engines run first (start) or last
+    (end), together with this run's other cells of the same engine.
     """
     out = out or sys.stdout
     if isinstance(profile, str):
@@ -280,11 +367,13 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
     planned = plan(profile, experiments, force, results_root, cells)
     if cells and not planned:
         raise profiles.ProfileError(f"--cell: no cell of {profile.name} matches {', '.join(cells)}")
+    lease = lease or os.environ.get("SPECDEC_LEASE") or None  # the engines stamp rows with it
+    if panel is not None:
+        planned = planned + panel_cells(profile, lease or "", panel, results_root)
+        if not experiments and not cells:  # --panel alone measures the panel alone
+            planned = [pc for pc in planned if pc.panel_phase is not None]
     todo = [pc for pc in planned if pc.will_run]
-    groups: dict[tuple[str, int], list[PlannedCell]] = {}
-    for key, cells in profiles.engine_groups(pc.cell for pc in todo).items():
-        by_cell = {pc.cell: pc for pc in todo}
-        groups[key] = [by_cell[c] for c in cells]
+    groups = _ordered_groups(profile, todo, experiments, panel)
     result = {"ok": [], "failed": [], "deferred": [],
               "skipped": [pc.cell_id for pc in planned if not pc.will_run]}
     if not dry_run:
@@ -299,8 +388,9 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
             for pc in cells:
                 c = pc.cell
                 a = "" if c.acceptance is None else f" alpha={c.acceptance:g}"
+                tag = f"  (panel {pc.panel_phase})" if pc.panel_phase else ""
                 print(f"    {pc.cell_id}  [{pc.status}]  batch={c.batch_size} "
-                      f"workload={c.workload} T={c.temperature:g}{a}", file=out)
+                      f"workload={c.workload} T={c.temperature:g}{a}{tag}", file=out)
         for pc in planned:
             if not pc.will_run:
                 print(f"  done: {pc.cell_id}", file=out)
@@ -323,37 +413,51 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
         for (method, k, synthetic), cells in groups.items():
             finished: set[str] = set()
             errors: dict[str, str] = {}
+            cut: set[str] = set()
             limit = timeout or profile.engine.timeout_s
             budget_cut = False
             if budget_s is not None:
                 left = budget_s - (time.perf_counter() - t_start)
-                if left < min_engine_s:
+                need = engine_estimate_s(profile, cells) if profile.protocol.interleaved else min_engine_s
+                if left < need:
                     result["deferred"] += [pc.cell_id for pc in cells]
-                    bar.write(f"[{method} K={k}] deferred: {left:.0f}s of the budget left")
+                    bar.write(f"[{method} K={k}] deferred: {left:.0f}s of the budget left, "
+                              f"{need:.0f}s needed")
                     bar.update(len(cells))
                     continue
                 budget_cut = left < limit
                 limit = min(limit, left)
 
             def on_event(ev, method=method, k=k):
-                cid = ev.get("cell_id")
+                cid = (ev.get("cell_id"), ev.get("panel_phase"))
                 if ev["event"] == "engine_ready":
                     facts = {x: ev.get(x) for x in ("model_runner", "draft_weight_bytes",
                                                     "kv_cache_tokens") if ev.get(x) is not None}
-                    bar.write(f"[{method} K={k}] engine ready in {ev['engine_start_s']:.1f}s {facts}")
+                    bar.write(f"[{method} K={k}] engine ready in {ev['engine_start_s']:.1f}s "
+                              f"(engine core: {ev.get('engine_core')}) {facts}")
                 elif ev["event"] == "cell_done":
+                    if cid not in finished:
+                        bar.update(1)
                     finished.add(cid)
                     acc = ev.get("acceptance")
                     acc_s = f", acceptance {acc:.1%}" if acc is not None else ""
-                    bar.write(f"  ok  {cid}: {ev['tok_s']:.1f} tok/s{acc_s}")
-                    bar.update(1)
+                    cv = ev.get("cv")
+                    cv_s = f", CV {cv:.1%}" if cv is not None and cv == cv else ""
+                    tag = f" (panel {cid[1]})" if cid[1] else ""
+                    bar.write(f"  ok  {cid[0]}{tag}: {ev['tok_s']:.1f} tok/s{acc_s}{cv_s}")
                 elif ev["event"] == "cell_failed":
                     errors[cid] = ev.get("error", "")
+                elif ev["event"] == "cell_deferred":
+                    cut.add(cid)
+                elif ev["event"] in ("prepared", "remeasure", "remeasure_skipped", "deadline"):
+                    bar.write(f"  {ev['event']}: " + json.dumps({x: y for x, y in ev.items()
+                                                                  if x != "event"})[:400])
 
             t0 = time.perf_counter()
-            spec = _group_spec(profile, profile_path, (method, k, synthetic), cells, tags, results_root)
-            env = {**os.environ, **{k2: str(v) for k2, v in profile.engine.env.items()},
-                   "PYTHONUNBUFFERED": "1"}
+            spec = _group_spec(profile, profile_path, (method, k, synthetic), cells, tags, results_root,
+                               deadline=time.time() + limit - 20.0)
+            env = {**os.environ, **profiles.engine_env(profile, method), "PYTHONUNBUFFERED": "1",
+                   **({"SPECDEC_LEASE": lease} if lease else {})}
             log_name = f"{method}-k{k}{'-synthetic' if synthetic else ''}.log"
             rc, tail = _run_group(cmd, spec, env, limit, logs / log_name, on_event)
             if rc is None:
@@ -363,16 +467,24 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
             else:
                 reason = "engine subprocess ended without finishing this cell"
             for pc in cells:
-                if pc.cell_id in finished:
+                key = (pc.cell_id, pc.panel_phase)
+                if key in finished:
                     result["ok"].append(pc.cell_id)
                     continue
-                if rc is None and budget_cut and pc.cell_id not in errors:
+                if (key in cut or (rc is None and budget_cut)) and key not in errors:
                     result["deferred"].append(pc.cell_id)  # the lease ended, not the cell
                     bar.update(1)
                     continue
-                err = errors.get(pc.cell_id) or f"{reason}\n{tail}"
+                err = errors.get(key) or f"{reason}\n{tail}"
                 ident = identity(profile, pc.cell, tags)
-                if store.is_done(profile.name, pc.cell_id, results_root):
+                where = pc.root or results_root
+                if pc.panel_phase is not None:
+                    bar.write(f"  FAILED (panel {pc.panel_phase}) {pc.cell_id}: "
+                              f"{(err.strip().splitlines() or [''])[-1]}")
+                    result["failed"].append(pc.cell_id)
+                    bar.update(1)
+                    continue
+                if store.is_done(profile.name, pc.cell_id, where):
                     # A forced rerun failed: keep the earlier good rows rather than destroy them.
                     bar.write(f"  FAILED (kept earlier ok rows) {pc.cell_id}: {err.strip().splitlines()[-1:]}")
                 else:
@@ -398,7 +510,7 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
 def _cmd_run(args) -> int:
     res = run(args.profile, experiments=args.experiment or None, force=args.force,
               dry_run=args.dry_run, results_root=args.results_root, timeout=args.timeout,
-              cells=args.cell, budget_s=args.budget)
+              cells=args.cell, budget_s=args.budget, panel=args.panel, lease=args.lease)
     return 1 if res["failed"] else 0
 
 
@@ -423,6 +535,11 @@ def register(subparsers) -> None:
     p.add_argument("--results-root", type=Path, default=None, help="instead of data/results")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds per engine subprocess (default: the profile's engine.timeout_s)")
+    p.add_argument("--panel", choices=PANEL_PHASES, default=None,
+                   help="also measure the profile's control panel (issue 19) for this lease, "
+                        "at its start or its end (stored in data/panels/<lease>-<phase>/)")
+    p.add_argument("--lease", default=None, help="lease id stamped on the rows "
+                   "(default: $SPECDEC_LEASE)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="wall-clock budget of this run (a device lease): start no engine "
                         "that cannot run; cut cells stay pending")

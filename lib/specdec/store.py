@@ -48,6 +48,22 @@ draft_weight_bytes          bytes the draft or heads add (shared tensors counted
 kv_cache_tokens             tokens the KV cache holds (blocks x block size)
 cudagraph_mode              the CUDA graph mode the engine ran with, after vLLM's own overrides
                             (dynamic K forces PIECEWISE on the V1 runner); null on CPU or older rows
+attempt                     0; 1 for the repeats of a cell measured again because its CV was high
+                            (protocol 2: readers take a cell's last attempt)
+passes                      workload passes in the repeat (protocol 2: as many as make it last
+                            ``protocol.min_repeat_s``)
+engine_core                 "inproc" (vLLM's engine core in the measuring process) or "default"
+                            (vLLM's default: a separate process)
+engine_steps                engine steps of the repeat: per request max(1 + drafts, output -
+                            accepted tokens), summed, over the batch size (the requests of a call
+                            step together); for the baseline output tokens over batch size
+step_ms                     1000 * wall_s / engine_steps: the time of one engine step
+tokens_per_step             output tokens per request per step (realised; 1 for the baseline)
+gpu_*                       what the GPU was doing during the repeat (NVML, sampled every 100 ms):
+                            median SM clock, lowest SM clock, median memory clock, power, temperature,
+                            the OR of the clock-throttle reasons seen; null on CPU
+lease_id                    the device lease that measured the row ($SPECDEC_LEASE), if any
+panel_phase                 "start" or "end" for a lease's control-panel rows (issue 19), else null
 provenance columns          see provenance.PROVENANCE_COLUMNS
 ==========================  =====================================================
 
@@ -130,6 +146,21 @@ RUNS_SCHEMA = pa.schema(
         pa.field("draft_weight_bytes", pa.int64()),
         pa.field("kv_cache_tokens", pa.int64()),
         pa.field("cudagraph_mode", pa.string()),
+        # Measuring protocol 2 (issue 19); null in rows measured before it.
+        pa.field("attempt", pa.int64()),
+        pa.field("passes", pa.int64()),
+        pa.field("engine_core", pa.string()),
+        pa.field("engine_steps", pa.float64()),
+        pa.field("step_ms", pa.float64()),
+        pa.field("tokens_per_step", pa.float64()),
+        pa.field("gpu_sm_clock_mhz", pa.float64()),
+        pa.field("gpu_sm_clock_min_mhz", pa.float64()),
+        pa.field("gpu_mem_clock_mhz", pa.float64()),
+        pa.field("gpu_power_w", pa.float64()),
+        pa.field("gpu_temp_c", pa.float64()),
+        pa.field("gpu_throttle_reasons", pa.int64()),
+        pa.field("lease_id", pa.string()),
+        pa.field("panel_phase", pa.string()),
     ]
     + _PROVENANCE_FIELDS
 )
@@ -139,7 +170,12 @@ RUNS_SCHEMA = pa.schema(
 #: any other difference from the schema is an error.
 ADDED_COLUMNS = frozenset({"acceptance_alpha", "synthetic_rates", "model_runner",
                            "model_weight_bytes", "draft_weight_bytes", "kv_cache_tokens",
-                           "cudagraph_mode", "measure_version"})
+                           "cudagraph_mode", "measure_version",
+                           # protocol 2 (issue 19)
+                           "attempt", "passes", "engine_core", "engine_steps", "step_ms",
+                           "tokens_per_step", "gpu_sm_clock_mhz", "gpu_sm_clock_min_mhz",
+                           "gpu_mem_clock_mhz", "gpu_power_w", "gpu_temp_c",
+                           "gpu_throttle_reasons", "lease_id", "panel_phase"})
 
 TOKENS_SCHEMA = pa.schema(
     _IDENTITY_FIELDS

@@ -59,25 +59,121 @@ def metrics_delta(before: dict, after: dict, speculative: bool) -> dict:
     return out
 
 
+class GpuSampler:
+    """What the GPU was doing: SM and memory clocks, power, temperature and the clock-throttle
+    reasons, read through NVML every ``period_s`` by a background thread (issue 19: every
+    repeat is stamped with them). A no-op where there is no NVIDIA GPU or no ``pynvml``."""
+
+    COLUMNS = ("gpu_sm_clock_mhz", "gpu_sm_clock_min_mhz", "gpu_mem_clock_mhz", "gpu_power_w",
+               "gpu_temp_c", "gpu_throttle_reasons")
+
+    def __init__(self, cuda: bool, period_s: float = 0.2):
+        import threading
+
+        self.samples: list[tuple] = []
+        self._stop = threading.Event()
+        self._thread = None
+        if not cuda:
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
+            self._throttle = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                              or getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+            self._sample()
+        except Exception as e:  # stamps are a bonus; never lose the measurement over them
+            emit("gpu_sampler_unavailable", error=repr(e)[-300:])
+            return
+        self._period = period_s
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        n, h = self._nvml, self._handle
+        reasons = None
+        if self._throttle is not None:
+            try:
+                reasons = int(self._throttle(h))
+            except Exception:
+                reasons = None
+        self.samples.append((time.perf_counter(),
+                             float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
+                             float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
+                             n.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                             float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
+                             reasons))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._period):
+            try:
+                self._sample()
+            except Exception:
+                pass
+
+    def window(self, t0: float, t1: float) -> dict:
+        """The stamps of the interval [t0, t1] (perf_counter): medians, the lowest SM clock,
+        the OR of the throttle reasons; the nearest sample where none fell inside."""
+        empty = {c: None for c in self.COLUMNS}
+        if not self.samples:
+            return empty
+        inside = [x for x in self.samples if t0 <= x[0] <= t1]
+        if not inside:
+            inside = [min(self.samples, key=lambda x: abs(x[0] - (t0 + t1) / 2))]
+
+        def med(i):
+            v = sorted(x[i] for x in inside)
+            return v[len(v) // 2]
+
+        reasons = [x[5] for x in inside if x[5] is not None]
+        out = {"gpu_sm_clock_mhz": med(1), "gpu_sm_clock_min_mhz": min(x[1] for x in inside),
+               "gpu_mem_clock_mhz": med(2), "gpu_power_w": med(3), "gpu_temp_c": med(4),
+               "gpu_throttle_reasons": None}
+        if reasons:
+            acc = 0
+            for r in reasons:
+                acc |= r
+            out["gpu_throttle_reasons"] = acc
+        # keep the list short: samples older than the window are not needed again
+        self.samples = [x for x in self.samples if x[0] >= t1 - 1.0]
+        return out
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def _reset_peak(worker) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_bytes(worker) -> int:
+    """Peak memory of the engine's worker process: CUDA max allocated where a GPU is used,
+    else the process's RSS high-water mark (Linux reports ru_maxrss in KiB)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return int(torch.cuda.max_memory_allocated())
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
 class PeakMemory:
-    """Peak memory of this engine process: CUDA max allocated where a GPU is used, else RSS."""
+    """Peak memory of the engine, read inside its worker (``collective_rpc``), so that it is
+    the same whether vLLM's engine core runs in this process or in its own."""
 
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-        if cuda:
-            import torch
-
-            self.torch = torch
+    def __init__(self, llm):
+        self.llm = llm
 
     def reset(self) -> None:
-        if self.cuda:
-            self.torch.cuda.reset_peak_memory_stats()
+        self.llm.collective_rpc(_reset_peak)
 
     def peak_bytes(self) -> int:
-        if self.cuda:
-            return int(self.torch.cuda.max_memory_allocated())
-        # Linux reports ru_maxrss in KiB; it is the high-water mark of the whole process.
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        return max(self.llm.collective_rpc(_peak_bytes))
 
 
 # --------------------------------------------------------------------------- #
@@ -268,21 +364,83 @@ def run_pass(llm, calls, sampling: dict, temperature: float):
     return wall, outs
 
 
+def expected_tokens_per_step(rates: list[float] | None) -> float | None:
+    """Tokens a request gains per step when draft position i is reached with ``rates[i]``
+    (unconditional): the bonus token plus the expected accepted drafts, exact for set rates."""
+    return None if rates is None else 1.0 + float(sum(rates))
+
+
+def engine_steps(row: dict, speculative: bool, batch_size: int) -> float | None:
+    """Engine steps of one repeat, from the counters (store.py documents the rule).
+
+    Per request a step yields one token plus the drafts it accepts, and a method that drafts
+    at every step verifies one draft per step after the prefill: steps = 1 + drafts. A method
+    that may propose nothing (ngram) has steps without a draft: steps = output - accepted
+    (which the last step's accepted drafts past max_tokens make a little short). The larger
+    of the two is right for both. Requests of one call step together: over the batch size.
+    """
+    n_out, n_req = row["num_output_tokens"], row["num_requests"]
+    if not n_out or not n_req:
+        return None
+    if not speculative:
+        return n_out / batch_size
+    drafts, accepted = row["spec_num_drafts"] or 0, row["spec_num_accepted_tokens"] or 0
+    return max(n_req + drafts, n_out - accepted) / batch_size
+
+
+class CellRun:
+    """One cell inside the engine: its prompts, rates, passes per repeat and rows so far."""
+
+    def __init__(self, spec_cell: dict, profile, prompt_cache: dict, tokenizer):
+        from . import profiles, workloads
+
+        self.cell = profiles.Cell(**spec_cell["cell"])
+        self.ident = dict(spec_cell["identity"])
+        self.root = Path(spec_cell["results_root"]) if spec_cell.get("results_root") else None
+        self.panel_phase = spec_cell.get("panel_phase")
+        self.rates = None
+        if self.cell.acceptance is not None:
+            self.rates = profiles.synthetic_rates(self.cell.acceptance, self.cell.num_speculative_tokens)
+        wl = profile.workload(self.cell.workload)
+        if wl.name not in prompt_cache:
+            prompt_cache[wl.name] = workloads.load_prompts(wl, profile, tokenizer=tokenizer)
+        self.calls = workloads.batches(prompt_cache[wl.name], self.cell.batch_size)
+        self.passes = 1
+        self.runs: list[dict] = []
+        self.tokens: list[dict] = []
+        self.failed: str | None = None
+
+    @property
+    def shape(self) -> tuple:
+        return (self.cell.workload, self.cell.temperature, self.cell.batch_size)
+
+
 def main(spec_file: str) -> int:
     spec = json.loads(Path(spec_file).read_text())
-    # Environment before vLLM is imported: engine-core in this process (memory readable).
+    # Environment before vLLM is imported. Protocol 1 runs vLLM's engine core in this
+    # process (memory readable, as the CPU campaigns were measured); protocol 2 leaves vLLM's
+    # default (its own process) and lets collective_rpc carry the study's functions to it.
     for k, v in spec["env"].items():
         os.environ[k] = str(v)
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if spec.get("engine_core", "inproc") == "inproc":
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    else:
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
 
-    from . import profiles, store, workloads
+    import math
+
+    from . import profiles, stats, store
     from .provenance import collect, now_utc
 
     profile = profiles.load_profile(spec["profile_path"])
+    protocol = profile.protocol
     results_root = Path(spec["results_root"]) if spec.get("results_root") else None
+    deadline = spec.get("deadline")  # perf-independent: epoch seconds, or None
     prov = collect()
     engine = dict(spec["engine"], device_kind=profile.hardware.kind)
+    lease = os.environ.get("SPECDEC_LEASE") or None
+    core = "inproc" if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" else "default"
 
     t0 = time.perf_counter()
     llm = build_llm(engine, spec["target_path"], spec["speculative_config"], spec.get("tokenizer"))
@@ -290,72 +448,179 @@ def main(spec_file: str) -> int:
     facts = engine_facts(llm)
     tensor_bytes = facts.pop("kv_cache_tensor_bytes")
     kv_bytes = kv_cache_bytes(llm) or tensor_bytes
-    emit("engine_ready", engine_start_s=engine_start_s, **facts)
-    memory = PeakMemory(profile.hardware.kind == "cuda")
+    emit("engine_ready", engine_start_s=engine_start_s, engine_core=core, **facts)
+    memory = PeakMemory(llm)
+    gpu = GpuSampler(profile.hardware.kind == "cuda")
     speculative = spec["speculative_config"] is not None
+    sampling = spec["sampling"]
     prompt_cache: dict[str, list] = {}
-    warmed: set[tuple] = set()
+    warm: dict[tuple, tuple[float, float]] = {}  # shape -> (seconds of a pass, its tokens/step)
 
+    def fail(run: CellRun, e: BaseException) -> None:
+        run.failed = "".join(traceback.format_exception(e))[-4000:]
+        emit("cell_failed", cell_id=run.ident["cell_id"], panel_phase=run.panel_phase, error=run.failed)
+
+    def set_rates(run: CellRun) -> None:
+        if run.rates is not None:
+            set_synthetic_rates(llm, run.rates)
+
+    def prepare(run: CellRun) -> None:
+        """Warm-up (one per shape: cells that differ only in set acceptance share it) and the
+        passes a repeat needs to last protocol.min_repeat_s, from the warm-up's pass time
+        scaled by the expected tokens per step (the step time hardly moves with alpha)."""
+        set_rates(run)
+        expected = expected_tokens_per_step(run.rates) or 1.0
+        if run.shape not in warm:
+            wall = 0.0
+            for _ in range(profile.warmup):
+                wall, _ = run_pass(llm, run.calls, sampling, run.cell.temperature)
+            warm[run.shape] = (wall, expected)
+        if protocol.min_repeat_s > 0:
+            wall, at = warm[run.shape]
+            predicted = max(wall * at / expected, 1e-3)
+            run.passes = max(1, math.ceil(1.1 * protocol.min_repeat_s / predicted))
+
+    def timed_repeat(run: CellRun, rep: int, attempt: int) -> None:
+        set_rates(run)
+        memory.reset()
+        before = metrics_snapshot(llm)
+        t_start = time.perf_counter()
+        wall, outs = 0.0, []
+        for _ in range(run.passes):
+            w, o = run_pass(llm, run.calls, sampling, run.cell.temperature)
+            wall += w
+            outs.extend(o)
+        t_end = time.perf_counter()
+        after = metrics_snapshot(llm)
+        n_out = sum(len(r.outputs[0].token_ids) for _, _, r in outs)
+        n_prompt = sum(len(r.prompt_token_ids or []) for _, _, r in outs)
+        b = run.cell.batch_size
+        row = {
+            **run.ident, **prov, "timestamp_utc": now_utc(),
+            "repeat": rep, "status": "ok", "error": None,
+            "wall_s": wall, "num_requests": len(outs),
+            "num_prompt_tokens": n_prompt, "num_output_tokens": n_out,
+            "output_tokens_per_s": n_out / wall if wall > 0 else None,
+            # Calls run one after another: time per token of one request.
+            "tpot_ms": 1000.0 * wall / (n_out / b) if n_out else None,
+            **metrics_delta(before, after, speculative),
+            "peak_memory_bytes": memory.peak_bytes(),
+            "kv_cache_bytes": kv_bytes,
+            "engine_start_s": engine_start_s,
+            "synthetic_rates": run.rates,
+            **facts,
+            "attempt": attempt, "passes": run.passes, "engine_core": core,
+            **gpu.window(t_start, t_end),
+            "lease_id": lease, "panel_phase": run.panel_phase,
+        }
+        steps = engine_steps(row, speculative, b)
+        row["engine_steps"] = steps
+        row["step_ms"] = 1000.0 * wall / steps if steps else None
+        row["tokens_per_step"] = n_out / (steps * b) if steps else None
+        run.runs.append(row)
+        if rep == 0 and attempt == 0:
+            first = outs[:len(outs) // run.passes]
+            run.tokens = [{
+                **run.ident, **prov, "timestamp_utc": now_utc(),
+                "request_index": i, "prompt_id": pr.prompt_id,
+                "output_token_ids": [int(t) for t in r.outputs[0].token_ids],
+            } for i, pr, r in first]
+
+    def store_cell(run: CellRun) -> None:
+        store.write_cell(run.cell.profile, run.ident["cell_id"], run.runs, run.tokens,
+                         root=run.root or results_root)
+        last = [r for r in run.runs if r["attempt"] == max(x["attempt"] for x in run.runs)]
+        med = sorted(r["output_tokens_per_s"] for r in last)[len(last) // 2]
+        acc = None
+        if speculative:
+            d = sum(r["spec_num_draft_tokens"] for r in last)
+            acc = sum(r["spec_num_accepted_tokens"] for r in last) / d if d else None
+        emit("cell_done", cell_id=run.ident["cell_id"], panel_phase=run.panel_phase, tok_s=med,
+             acceptance=acc,
+             cv=stats.cv([r["output_tokens_per_s"] for r in last]), passes=run.passes)
+
+    runs: list[CellRun] = []
     for c in spec["cells"]:
-        cell = profiles.Cell(**c["cell"])
-        ident = dict(c["identity"])
         try:
-            rates = None
-            if cell.acceptance is not None:
-                rates = profiles.synthetic_rates(cell.acceptance, cell.num_speculative_tokens)
-                set_synthetic_rates(llm, rates)
-            wl = profile.workload(cell.workload)
-            if wl.name not in prompt_cache:
-                prompt_cache[wl.name] = workloads.load_prompts(wl, profile, tokenizer=spec.get("tokenizer"))
-            calls = workloads.batches(prompt_cache[wl.name], cell.batch_size)
-            sampling = spec["sampling"]
-            memory.reset()
-            # One warm-up per shape: cells that differ only in set acceptance run the same
-            # kernels at the same batch size, and they run back to back (engine_groups).
-            shape = (cell.workload, cell.temperature, cell.batch_size)
-            if shape not in warmed:
-                for _ in range(profile.warmup):
-                    run_pass(llm, calls, sampling, cell.temperature)
-                warmed.add(shape)
-            runs, tokens = [], []
-            for rep in range(profile.repeats):
-                before = metrics_snapshot(llm)
-                wall, outs = run_pass(llm, calls, sampling, cell.temperature)
-                after = metrics_snapshot(llm)
-                n_out = sum(len(r.outputs[0].token_ids) for _, _, r in outs)
-                n_prompt = sum(len(r.prompt_token_ids or []) for _, _, r in outs)
-                runs.append({
-                    **ident, **prov, "timestamp_utc": now_utc(),
-                    "repeat": rep, "status": "ok", "error": None,
-                    "wall_s": wall, "num_requests": len(outs),
-                    "num_prompt_tokens": n_prompt, "num_output_tokens": n_out,
-                    "output_tokens_per_s": n_out / wall if wall > 0 else None,
-                    # Calls run one after another: time per token of one request.
-                    "tpot_ms": 1000.0 * wall / (n_out / cell.batch_size) if n_out else None,
-                    **metrics_delta(before, after, speculative),
-                    "peak_memory_bytes": memory.peak_bytes(),
-                    "kv_cache_bytes": kv_bytes,
-                    "engine_start_s": engine_start_s,
-                    "synthetic_rates": rates,
-                    **facts,
-                })
-                if rep == 0:
-                    tokens = [{
-                        **ident, **prov, "timestamp_utc": now_utc(),
-                        "request_index": i, "prompt_id": p.prompt_id,
-                        "output_token_ids": [int(t) for t in r.outputs[0].token_ids],
-                    } for i, p, r in outs]
-            store.write_cell(cell.profile, ident["cell_id"], runs, tokens, root=results_root)
-            med = sorted(r["output_tokens_per_s"] for r in runs)[len(runs) // 2]
-            acc = None
-            if speculative:
-                d = sum(r["spec_num_draft_tokens"] for r in runs)
-                acc = sum(r["spec_num_accepted_tokens"] for r in runs) / d if d else None
-            emit("cell_done", cell_id=ident["cell_id"], tok_s=med, acceptance=acc)
-        except Exception as e:  # one bad cell must not lose the others of this engine
-            err = "".join(traceback.format_exception(e))[-4000:]
-            emit("cell_failed", cell_id=ident["cell_id"], error=err)
-    return 0
+            runs.append(CellRun(c, profile, prompt_cache, spec.get("tokenizer")))
+        except Exception as e:  # a bad workload fails its cells, not the engine
+            emit("cell_failed", cell_id=c["identity"]["cell_id"], panel_phase=c.get("panel_phase"),
+                 error="".join(traceback.format_exception(e))[-4000:])
+
+    def live(group):
+        return [r for r in group if r.failed is None]
+
+    def rounds(group: list[CellRun], attempt: int) -> int:
+        """Interleaved repeats (protocol 2): repeat r of every cell before repeat r+1. Stops
+        before a round that would pass the deadline; returns the rounds done."""
+        done = 0
+        for rep in range(profile.repeats):
+            t_round = time.perf_counter()
+            for run in live(group):
+                try:
+                    timed_repeat(run, rep, attempt)
+                except Exception as e:
+                    fail(run, e)
+            done += 1
+            took = time.perf_counter() - t_round
+            if deadline is not None and time.time() + 1.2 * took > deadline and rep + 1 < profile.repeats:
+                emit("deadline", rounds=done, attempt=attempt)
+                break
+        return done
+
+    try:
+        if not protocol.interleaved:
+            # Protocol 1: one cell after another, each stored as soon as it is measured.
+            for run in runs:
+                try:
+                    prepare(run)
+                    for rep in range(profile.repeats):
+                        timed_repeat(run, rep, 0)
+                    store_cell(run)
+                except Exception as e:  # one bad cell must not lose the others of this engine
+                    fail(run, e)
+            return 0
+        for run in runs:
+            try:
+                prepare(run)
+            except Exception as e:
+                fail(run, e)
+        emit("prepared", cells=len(live(runs)),
+             passes=[[r.ident["cell_id"], r.panel_phase, r.passes] for r in live(runs)])
+        t_rounds = time.perf_counter()
+        done = rounds(runs, 0)
+        per_cell_round = (time.perf_counter() - t_rounds) / max(1, done * len(live(runs)))
+        if done < stats.MIN_REPEATS:
+            for run in live(runs):
+                emit("cell_deferred", cell_id=run.ident["cell_id"], panel_phase=run.panel_phase,
+                     rounds=done)
+            return 0
+        for run in live(runs):
+            try:
+                store_cell(run)
+            except Exception as e:
+                fail(run, e)
+        # A cell whose throughput varied more than protocol.remeasure_cv: measured again,
+        # once, in this engine (interleaved among such cells); readers take the last attempt.
+        if protocol.remeasure_cv is not None:
+            unstable = [r for r in live(runs)
+                        if stats.cv([x["output_tokens_per_s"] for x in r.runs]) > protocol.remeasure_cv]
+            need = 1.2 * profile.repeats * len(unstable) * per_cell_round
+            if unstable and deadline is not None and time.time() + need > deadline:
+                emit("remeasure_skipped", cells=[r.ident["cell_id"] for r in unstable],
+                     needed_s=need)
+            elif unstable:
+                emit("remeasure", cells=[r.ident["cell_id"] for r in unstable])
+                before = {id(r): len(r.runs) for r in unstable}
+                if rounds(unstable, 1) >= stats.MIN_REPEATS:
+                    for run in live(unstable):
+                        store_cell(run)
+                else:  # too little time: the first attempt stays as stored
+                    for run in unstable:
+                        del run.runs[before[id(run)]:]
+        return 0
+    finally:
+        gpu.close()
 
 
 if __name__ == "__main__":

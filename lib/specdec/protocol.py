@@ -1,0 +1,237 @@
+"""What measuring protocol 2 (issue 19) adds to the analysis: cells from their last attempt,
+the speedup read from step cost, the control panel's drift, and the like-for-like pairs of
+the runner and engine-core controls.
+
+Input is :func:`specdec.store.load_runs` output (rows of ``measure_version`` 2 carry the
+columns this module reads: ``attempt``, ``engine_steps``, ``step_ms``, ``tokens_per_step``,
+``engine_core``, the ``gpu_*`` stamps, ``lease_id`` and ``panel_phase``). Nothing here
+measures; every number comes from stored rows.
+
+The speedup at a set acceptance alpha, K draft tokens (Leviathan's independent model, the
+unconditional rate of draft position i being alpha**(i+1)) is read from cost::
+
+    speedup_cost = E[tokens per step](alpha, K) * step_ms(baseline) / step_ms(method)
+
+where ``E[tokens per step] = 1 + sum_i alpha**(i+1)`` is exact for the set rates and the step
+times are the medians over the cell's repeats. The realised speedup (the throughput ratio)
+carries the synthetic draw's noise on top; both are kept, side by side.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import paths, stats, store
+
+#: A cell is paired with the baseline measured on the same runner and engine core, at the
+#: same batch size, workload and temperature.
+PAIR_KEYS = ["profile", "batch_size", "workload", "temperature", "model_runner", "engine_core"]
+#: The panels of two leases agree when their medians differ by at most this much (median
+#: over the panel's cells) and no cell by more than :data:`PANEL_WORST`.
+PANEL_MEDIAN = 0.03
+PANEL_WORST = 0.05
+#: The step-cost reading must fall this close to a measured speedup where it is checked.
+PREDICTION_TOLERANCE = 0.03
+
+RUNNER_NAMES = {"vllm.v1.worker.gpu.model_runner.GPUModelRunner": "V2",
+                "vllm.v1.worker.gpu_model_runner.GPUModelRunner": "V1"}
+
+
+def runner_label(model_runner) -> str | None:
+    """"V1" or "V2" for vLLM's GPU model runners (module path), else the class as stored."""
+    if model_runner is None or (isinstance(model_runner, float) and np.isnan(model_runner)):
+        return None
+    return RUNNER_NAMES.get(str(model_runner), str(model_runner).rsplit(".", 2)[-2]
+                            if "." in str(model_runner) else str(model_runner))
+
+
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """1 + sum of alpha**(i+1) for i < K: the bonus token plus the expected accepted drafts."""
+    return 1.0 + sum(float(alpha) ** (i + 1) for i in range(int(k)))
+
+
+def last_attempt(runs: pd.DataFrame) -> pd.DataFrame:
+    """The ok rows of each cell's last attempt (a cell measured again for its CV keeps only
+    the second measurement); rows without the column count as attempt 0."""
+    ok = runs[runs["status"] == "ok"].copy()
+    if ok.empty:
+        return ok
+    attempt = ok["attempt"].fillna(0) if "attempt" in ok else pd.Series(0, index=ok.index)
+    ok["attempt"] = attempt.astype(int)
+    keys = ["cell_id", "lease_id", "panel_phase"] if "panel_phase" in ok else ["cell_id"]
+    last = ok.groupby(keys, dropna=False)["attempt"].transform("max")
+    return ok[ok["attempt"] == last]
+
+
+def cells(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured cell (per lease and panel phase for panel rows): medians over the
+    last attempt's repeats of throughput, step time and tokens per step, with CVs, intervals,
+    the GPU stamps and what the engine ran on."""
+    rows = []
+    keys = ["profile", "cell_id", "method", "num_speculative_tokens", "batch_size", "workload",
+            "temperature", "acceptance_alpha", "lease_id", "panel_phase"]
+    data = last_attempt(runs)
+    for c in keys:
+        if c not in data:
+            data[c] = None
+    for key, g in data.groupby(keys, dropna=False, sort=True):
+        row = dict(zip(keys, key))
+        tok = stats.describe(g["output_tokens_per_s"])
+        step = stats.describe(pd.to_numeric(g["step_ms"], errors="coerce").dropna())
+        row.update(
+            n_repeats=tok["n"], attempts=int(g["attempt"].max()) + 1,
+            tok_s=tok["median"], tok_s_ci_low=tok["ci_low"], tok_s_ci_high=tok["ci_high"],
+            tok_s_cv=tok["cv"], unstable=tok["unstable"],
+            step_ms=step["median"], step_ms_ci_low=step["ci_low"], step_ms_ci_high=step["ci_high"],
+            step_ms_cv=step["cv"],
+            tokens_per_step=stats.median(pd.to_numeric(g["tokens_per_step"], errors="coerce").dropna()),
+            output_tokens_per_request=float(g["num_output_tokens"].sum() / g["num_requests"].sum()),
+            repeat_s=stats.median(g["wall_s"]), passes=int(g["passes"].max()),
+            runner=runner_label(g["model_runner"].iloc[0]),
+            model_runner=g["model_runner"].iloc[0],
+            engine_core=g["engine_core"].iloc[0],
+            cudagraph_mode=g["cudagraph_mode"].iloc[0],
+            gpu_sm_clock_mhz=stats.median(pd.to_numeric(g["gpu_sm_clock_mhz"], errors="coerce").dropna()),
+            gpu_sm_clock_min_mhz=pd.to_numeric(g["gpu_sm_clock_min_mhz"], errors="coerce").min(),
+            gpu_power_w=stats.median(pd.to_numeric(g["gpu_power_w"], errors="coerce").dropna()),
+            gpu_temp_c=stats.median(pd.to_numeric(g["gpu_temp_c"], errors="coerce").dropna()),
+            hostname=", ".join(sorted(set(g["hostname"].dropna()))),
+            cpu_model=", ".join(sorted(set(g["cpu_model"].dropna()))),
+            git_commit=", ".join(sorted(set(g["git_commit"].dropna()))),
+            timestamp_utc=g["timestamp_utc"].max(),
+        )
+        a, k = row["acceptance_alpha"], row["num_speculative_tokens"]
+        row["expected_tokens_per_step"] = (expected_tokens_per_step(a, k)
+                                           if a is not None and pd.notna(a) else float("nan"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def speedups(cell_df: pd.DataFrame) -> pd.DataFrame:
+    """Each speculative cell beside the baseline of the same runner and engine core (the
+    non-speculative cell of the same :data:`PAIR_KEYS`, K=0): the realised speedup
+    (throughput ratio of medians) and, at set acceptance, the speedup read from cost
+    (module docstring), each with the interval arithmetic of the medians' intervals."""
+    df = cell_df[cell_df["panel_phase"].isna()] if "panel_phase" in cell_df else cell_df
+    base = df[df["num_speculative_tokens"] == 0]
+    index = {}
+    for _, b in base.iterrows():
+        key = tuple(b[k] for k in PAIR_KEYS)
+        index.setdefault(key, b)
+    out = []
+    for _, r in df[df["num_speculative_tokens"] > 0].iterrows():
+        b = index.get(tuple(r[k] for k in PAIR_KEYS))
+        row = r.to_dict()
+        row.update(baseline_method=None, baseline_tok_s=np.nan, baseline_step_ms=np.nan,
+                   speedup=np.nan, speedup_ci_low=np.nan, speedup_ci_high=np.nan,
+                   speedup_cost=np.nan, speedup_cost_ci_low=np.nan, speedup_cost_ci_high=np.nan)
+        if b is not None:
+            row.update(baseline_method=b["method"], baseline_tok_s=b["tok_s"],
+                       baseline_step_ms=b["step_ms"],
+                       speedup=r["tok_s"] / b["tok_s"],
+                       speedup_ci_low=r["tok_s_ci_low"] / b["tok_s_ci_high"],
+                       speedup_ci_high=r["tok_s_ci_high"] / b["tok_s_ci_low"])
+            e = r["expected_tokens_per_step"]
+            if pd.notna(e):
+                row.update(speedup_cost=e * b["step_ms"] / r["step_ms"],
+                           speedup_cost_ci_low=e * b["step_ms_ci_low"] / r["step_ms_ci_high"],
+                           speedup_cost_ci_high=e * b["step_ms_ci_high"] / r["step_ms_ci_low"])
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def cost_vs_realised(speedup_df: pd.DataFrame) -> pd.DataFrame:
+    """How far the realised speedup lies from the one read from cost, per set-acceptance
+    cell: the synthetic draw's noise (the realised tokens per step against the expected)."""
+    d = speedup_df.dropna(subset=["speedup_cost", "speedup"]).copy()
+    d["realised_over_cost"] = d["speedup"] / d["speedup_cost"] - 1.0
+    d["draw_deviation"] = d["tokens_per_step"] / d["expected_tokens_per_step"] - 1.0
+    return d[["method", "runner", "engine_core", "num_speculative_tokens", "batch_size",
+              "acceptance_alpha", "speedup", "speedup_cost", "realised_over_cost",
+              "tokens_per_step", "expected_tokens_per_step", "draw_deviation"]]
+
+
+def predicted_between(speedup_df: pd.DataFrame, measured_alphas: Sequence[float],
+                      check_alphas: Sequence[float]) -> pd.DataFrame:
+    """The step-cost reading where it was not measured: at each alpha of ``check_alphas``,
+    the method's step time interpolated linearly between the measured alphas around it
+    (``measured_alphas``), times the exact expected tokens per step, over the baseline's
+    step time; beside the speedup measured there (realised and from its own step cost).
+    ``within`` says whether the prediction lies within :data:`PREDICTION_TOLERANCE` of the
+    speedup read from the cell's own step cost (the draw's noise left out)."""
+    rows = []
+    keys = ["method", "num_speculative_tokens", "batch_size", "workload", "runner", "engine_core"]
+    for key, g in speedup_df.groupby(keys, dropna=False):
+        known = g[g["acceptance_alpha"].isin(measured_alphas)].sort_values("acceptance_alpha")
+        if len(known) < 2:
+            continue
+        for _, r in g[g["acceptance_alpha"].isin(check_alphas)].iterrows():
+            a = float(r["acceptance_alpha"])
+            step = float(np.interp(a, known["acceptance_alpha"], known["step_ms"]))
+            pred = r["expected_tokens_per_step"] * r["baseline_step_ms"] / step
+            rows.append({**dict(zip(keys, key)), "acceptance_alpha": a, "predicted": pred,
+                         "measured_cost": r["speedup_cost"], "measured_realised": r["speedup"],
+                         "error": pred / r["speedup_cost"] - 1.0,
+                         "error_realised": pred / r["speedup"] - 1.0,
+                         "within": abs(pred / r["speedup_cost"] - 1.0) <= PREDICTION_TOLERANCE})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- #
+# The control panel
+# --------------------------------------------------------------------------- #
+def panels_root(root: Path | None = None) -> Path:
+    """``data/panels``: one folder per lease and phase, ``<lease>-<phase>/<profile>/``."""
+    return Path(root) if root else paths.DATA_DIR / "panels"
+
+
+def load_panels(profile: str, root: Path | None = None) -> pd.DataFrame:
+    """Every stored panel row of ``profile`` (all leases, both phases)."""
+    files = sorted(panels_root(root).glob(f"*/{profile}/*.runs.parquet"))
+    if not files:
+        return store.RUNS_SCHEMA.empty_table().to_pandas()
+    return pd.concat([store.read_file(f, store.RUNS_SCHEMA).to_pandas() for f in files],
+                     ignore_index=True)
+
+
+def panel_table(panel_cells: pd.DataFrame) -> pd.DataFrame:
+    """The panel per lease and phase: one row per (lease, phase, cell) with throughput, step
+    time, CV and the SM clock, in time order."""
+    cols = ["lease_id", "panel_phase", "method", "batch_size", "acceptance_alpha", "runner",
+            "engine_core", "tok_s", "tok_s_cv", "step_ms", "step_ms_cv", "tokens_per_step",
+            "gpu_sm_clock_mhz", "gpu_power_w", "hostname", "timestamp_utc", "cell_id"]
+    d = panel_cells[panel_cells["panel_phase"].notna()]
+    d = d.assign(_phase=d["panel_phase"].map({"start": 0, "end": 1}))
+    return d.sort_values(["lease_id", "_phase", "method", "batch_size"])[cols].reset_index(drop=True)
+
+
+def panel_drift(table: pd.DataFrame, metric: str = "step_ms") -> pd.DataFrame:
+    """How far each panel (lease, phase) lies from the first one, cell by cell, and in
+    summary: the median and the worst relative difference of ``metric`` over the panel's
+    cells; ``agrees`` where both are within :data:`PANEL_MEDIAN` and :data:`PANEL_WORST`."""
+    if table.empty:
+        return pd.DataFrame(columns=["lease_id", "panel_phase", "cells", "median_diff",
+                                     "worst_diff", "agrees"])
+    order = table.drop_duplicates(["lease_id", "panel_phase"])[["lease_id", "panel_phase"]]
+    first = order.iloc[0]
+    ref = table[(table["lease_id"] == first["lease_id"]) & (table["panel_phase"] == first["panel_phase"])]
+    ref = ref.set_index("cell_id")[metric]
+    rows = []
+    for _, o in order.iterrows():
+        g = table[(table["lease_id"] == o["lease_id"]) & (table["panel_phase"] == o["panel_phase"])]
+        diff = (g.set_index("cell_id")[metric] / ref - 1.0).dropna()
+        med = float(diff.median()) if len(diff) else np.nan
+        worst = float(diff.abs().max()) if len(diff) else np.nan
+        rows.append({"lease_id": o["lease_id"], "panel_phase": o["panel_phase"],
+                     "cells": int(len(diff)), "median_diff": med, "worst_diff": worst,
+                     "agrees": bool(abs(med) <= PANEL_MEDIAN and worst <= PANEL_WORST)})
+    return pd.DataFrame(rows)
+
+
+def flagged(cell_df: pd.DataFrame, threshold: float = stats.CV_THRESHOLD) -> pd.DataFrame:
+    """Cells whose throughput CV stayed above ``threshold`` after the protocol's second
+    attempt: the book flags them."""
+    return cell_df[cell_df["tok_s_cv"] > threshold]

@@ -1,0 +1,86 @@
+"""Protocol 2's analysis (issue 19): last attempts, step-cost speedups, panel drift."""
+import pandas as pd
+import pytest
+
+from specdec import protocol
+
+V1 = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
+V2 = "vllm.v1.worker.gpu.model_runner.GPUModelRunner"
+
+
+def _rows(method, k, alpha, step_ms, tps, runner=V2, core="default", batch=1, attempt=0,
+          lease=None, phase=None, reps=5, jitter=0.0):
+    out = []
+    for r in range(reps):
+        s = step_ms * (1 + jitter * (r - reps // 2))
+        steps = 512 / tps
+        out.append({
+            "profile": "p", "cell_id": f"{method}-k{k}-b{batch}-a{alpha}", "method": method,
+            "num_speculative_tokens": k, "batch_size": batch, "workload": "w", "temperature": 0.0,
+            "acceptance_alpha": alpha, "status": "ok", "attempt": attempt, "repeat": r,
+            "output_tokens_per_s": batch * tps / (s / 1000), "step_ms": s,
+            "tokens_per_step": tps, "engine_steps": steps, "num_output_tokens": 512 * batch,
+            "num_requests": batch, "wall_s": steps * s / 1000, "passes": 1,
+            "model_runner": runner, "engine_core": core, "cudagraph_mode": "FULL",
+            "gpu_sm_clock_mhz": 1980.0, "gpu_sm_clock_min_mhz": 1970.0, "gpu_power_w": 400.0,
+            "gpu_temp_c": 50.0, "hostname": "h", "cpu_model": "c", "git_commit": "abc",
+            "timestamp_utc": "2026-12-02T10:00:00Z", "lease_id": lease, "panel_phase": phase})
+    return out
+
+
+def test_expected_tokens_per_step():
+    assert protocol.expected_tokens_per_step(0.0, 4) == 1.0
+    assert protocol.expected_tokens_per_step(1.0, 4) == 5.0
+    assert protocol.expected_tokens_per_step(0.8, 4) == pytest.approx(1 + .8 + .64 + .512 + .4096)
+
+
+def test_speedup_from_cost_pairs_the_baseline_of_the_same_runner():
+    rows = (_rows("baseline", 0, None, 6.0, 1.0) + _rows("baseline-v1", 0, None, 8.0, 1.0, runner=V1)
+            + _rows("eagle3", 4, 0.8, 7.0, 3.2) + _rows("draft-1b", 4, 0.8, 12.0, 3.5, runner=V1))
+    cells = protocol.cells(pd.DataFrame(rows))
+    sp = protocol.speedups(cells).set_index("method")
+    e = protocol.expected_tokens_per_step(0.8, 4)
+    assert sp.loc["eagle3", "baseline_method"] == "baseline"
+    assert sp.loc["draft-1b", "baseline_method"] == "baseline-v1"  # V1 with V1
+    assert sp.loc["eagle3", "speedup_cost"] == pytest.approx(e * 6.0 / 7.0)
+    assert sp.loc["draft-1b", "speedup_cost"] == pytest.approx(e * 8.0 / 12.0)
+    # realised: tokens per step 3.2 drawn, not the expected 3.36
+    assert sp.loc["eagle3", "speedup"] == pytest.approx(3.2 * 6.0 / 7.0)
+    assert sp.loc["eagle3", "runner"] == "V2" and sp.loc["draft-1b", "runner"] == "V1"
+    d = protocol.cost_vs_realised(sp.reset_index()).set_index("method")
+    assert d.loc["eagle3", "realised_over_cost"] == pytest.approx(3.2 / e - 1)
+
+
+def test_last_attempt_replaces_an_unstable_first_measurement():
+    rows = _rows("baseline", 0, None, 6.0, 1.0, jitter=0.1) + _rows("baseline", 0, None, 6.6, 1.0, attempt=1)
+    cells = protocol.cells(pd.DataFrame(rows))
+    assert len(cells) == 1 and cells.iloc[0]["step_ms"] == pytest.approx(6.6)
+    assert cells.iloc[0]["attempts"] == 2 and cells.iloc[0]["tok_s_cv"] == pytest.approx(0.0)
+    unstable = protocol.cells(pd.DataFrame(_rows("baseline", 0, None, 6.0, 1.0, jitter=0.1)))
+    assert len(protocol.flagged(unstable)) == 1
+
+
+def test_prediction_between_measured_alphas():
+    rows = _rows("baseline", 0, None, 6.0, 1.0)
+    for a, step in [(0.5, 7.0), (0.8, 7.3), (1.0, 7.5), (0.9, 7.4 * 1.05)]:
+        rows += _rows("eagle3", 4, a, step, protocol.expected_tokens_per_step(a, 4))
+    sp = protocol.speedups(protocol.cells(pd.DataFrame(rows)))
+    check = protocol.predicted_between(sp, [0.5, 0.8, 1.0], [0.9])
+    assert len(check) == 1
+    row = check.iloc[0]
+    assert row["predicted"] == pytest.approx(protocol.expected_tokens_per_step(0.9, 4) * 6.0 / 7.4)
+    assert row["error"] == pytest.approx(1.05 - 1, rel=1e-6) and not row["within"]
+
+
+def test_panel_drift_between_leases():
+    rows = []
+    for lease, phase, scale in [("L1", "start", 1.0), ("L1", "end", 1.01), ("L2", "start", 1.2)]:
+        rows += _rows("baseline", 0, None, 6.0 * scale, 1.0, lease=lease, phase=phase)
+        rows += _rows("eagle3", 4, 0.8, 7.0 * scale, 3.36, lease=lease, phase=phase)
+    table = protocol.panel_table(protocol.cells(pd.DataFrame(rows)))
+    assert list(table["lease_id"]) == ["L1", "L1", "L1", "L1", "L2", "L2"]
+    drift = protocol.panel_drift(table).set_index(["lease_id", "panel_phase"])
+    assert drift.loc[("L1", "end"), "median_diff"] == pytest.approx(0.01)
+    assert bool(drift.loc[("L1", "end"), "agrees"]) and not bool(drift.loc[("L2", "start"), "agrees"])
+    assert protocol.runner_label(V1) == "V1" and protocol.runner_label(None) is None
+    assert protocol.panel_drift(table.iloc[:0]).empty
