@@ -377,6 +377,16 @@ def test_protocol2_panel_is_stored_apart_and_its_engines_come_first(setup, capsy
     assert set(panel["lease_id"]) == {"L7"}
     main = store.load_runs("fake", setup["results"])
     assert main["panel_phase"].isna().all() and main["cell_id"].nunique() == 6
+    # baseline b1 and ngram K2 b1 are cells of both: measured once, stored twice
+    both = sorted(set(panel["cell_id"]) & set(main["cell_id"]))
+    assert len(both) == 2
+    for cid in both:
+        a = panel[panel.cell_id == cid].sort_values("repeat")["wall_s"].tolist()
+        b = main[main.cell_id == cid].sort_values("repeat")["wall_s"].tolist()
+        assert a == b
+    # a later call of the same lease measures only what the panel lacks
+    again = _run(setup, experiments=["a"], panel="start", lease="L7")
+    assert not again["ok"] and len(again["skipped"]) == 9
     order = [l for l in out.splitlines() if "engine ready" in l]
     assert "[baseline K=0]" in order[0] and "[ngram K=2]" in order[1] and "[ngram K=3]" in order[2]
     # The end panel alone, later in the lease: its engines only.

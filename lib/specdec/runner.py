@@ -151,18 +151,24 @@ def panel_cells(profile: Profile, lease: str, phase: str,
     if not lease:
         raise profiles.ProfileError("--panel needs a lease id (--lease or $SPECDEC_LEASE)")
     root = panel_root(results_root, lease, phase)
-    return [PlannedCell(c, profiles.cell_id(profile, c), store.cell_status(profile.name,
-                        profiles.cell_id(profile, c), root), True, root, phase)
-            for c in profiles.expand(profile, [profile.protocol.panel_experiment])]
+    out = []
+    for c in profiles.expand(profile, [profile.protocol.panel_experiment]):
+        cid = profiles.cell_id(profile, c)
+        # once per lease and phase: a later call of the same lease measures what is missing
+        st = store.cell_status(profile.name, cid, root)
+        out.append(PlannedCell(c, cid, st, st != "ok", root, phase))
+    return out
 
 
 def engine_estimate_s(profile: Profile, cells: Sequence[PlannedCell], start_s: float = 80.0) -> float:
     """Seconds an engine of ``cells`` is expected to take, start included: under protocol 2
     the cells are stored only once every repeat has run, so an engine must not start unless
-    it can finish. Warm-up and one repeat per cell and round, each at least min_repeat_s."""
+    it can finish. Warm-up and one repeat per cell and round, each at least min_repeat_s
+    (a control panel's cell that the engine measures for the profile too counts once)."""
     per_repeat = max(profile.protocol.min_repeat_s, 1.0) * 1.25
     shapes = {(pc.cell.workload, pc.cell.temperature, pc.cell.batch_size) for pc in cells}
-    return start_s + 3.0 * len(shapes) + len(cells) * profile.repeats * per_repeat
+    distinct = {pc.cell_id for pc in cells}
+    return start_s + 3.0 * len(shapes) + len(distinct) * profile.repeats * per_repeat
 
 
 def plan(profile: Profile, experiments: Sequence[str] | None = None, force: bool = False,

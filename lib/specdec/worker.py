@@ -406,6 +406,9 @@ class CellRun:
             prompt_cache[wl.name] = workloads.load_prompts(wl, profile, tokenizer=tokenizer)
         self.calls = workloads.batches(prompt_cache[wl.name], self.cell.batch_size)
         self.passes = 1
+        #: Further places this measurement is stored (a control panel's copy of the same
+        #: cell, measured once): (results root, panel phase).
+        self.copies: list[tuple[Path | None, str | None]] = []
         self.runs: list[dict] = []
         self.tokens: list[dict] = []
         self.failed: str | None = None
@@ -458,7 +461,8 @@ def main(spec_file: str) -> int:
 
     def fail(run: CellRun, e: BaseException) -> None:
         run.failed = "".join(traceback.format_exception(e))[-4000:]
-        emit("cell_failed", cell_id=run.ident["cell_id"], panel_phase=run.panel_phase, error=run.failed)
+        for phase in [run.panel_phase] + [ph for _, ph in run.copies]:
+            emit("cell_failed", cell_id=run.ident["cell_id"], panel_phase=phase, error=run.failed)
 
     def set_rates(run: CellRun) -> None:
         if run.rates is not None:
@@ -529,20 +533,34 @@ def main(spec_file: str) -> int:
     def store_cell(run: CellRun) -> None:
         store.write_cell(run.cell.profile, run.ident["cell_id"], run.runs, run.tokens,
                          root=run.root or results_root)
+        for root, phase in run.copies:
+            store.write_cell(run.cell.profile, run.ident["cell_id"],
+                             [{**r, "panel_phase": phase} for r in run.runs], run.tokens,
+                             root=root or results_root)
         last = [r for r in run.runs if r["attempt"] == max(x["attempt"] for x in run.runs)]
         med = sorted(r["output_tokens_per_s"] for r in last)[len(last) // 2]
         acc = None
         if speculative:
             d = sum(r["spec_num_draft_tokens"] for r in last)
             acc = sum(r["spec_num_accepted_tokens"] for r in last) / d if d else None
-        emit("cell_done", cell_id=run.ident["cell_id"], panel_phase=run.panel_phase, tok_s=med,
-             acceptance=acc,
-             cv=stats.cv([r["output_tokens_per_s"] for r in last]), passes=run.passes)
+        for phase in [run.panel_phase] + [ph for _, ph in run.copies]:
+            emit("cell_done", cell_id=run.ident["cell_id"], panel_phase=phase, tok_s=med,
+                 acceptance=acc, cv=stats.cv([r["output_tokens_per_s"] for r in last]),
+                 passes=run.passes)
 
     runs: list[CellRun] = []
+    by_id: dict[str, CellRun] = {}
     for c in spec["cells"]:
+        twin = by_id.get(c["identity"]["cell_id"])
+        if twin is not None and twin.panel_phase != c.get("panel_phase"):
+            # The control panel's cell is also measured for the profile in this engine: one
+            # measurement, stored in both places (the panel's copy marked with its phase).
+            twin.copies.append((Path(c["results_root"]) if c.get("results_root") else None,
+                                c.get("panel_phase")))
+            continue
         try:
             runs.append(CellRun(c, profile, prompt_cache, spec.get("tokenizer")))
+            by_id[c["identity"]["cell_id"]] = runs[-1]
         except Exception as e:  # a bad workload fails its cells, not the engine
             emit("cell_failed", cell_id=c["identity"]["cell_id"], panel_phase=c.get("panel_phase"),
                  error="".join(traceback.format_exception(e))[-4000:])
@@ -592,8 +610,9 @@ def main(spec_file: str) -> int:
         per_cell_round = (time.perf_counter() - t_rounds) / max(1, done * len(live(runs)))
         if done < stats.MIN_REPEATS:
             for run in live(runs):
-                emit("cell_deferred", cell_id=run.ident["cell_id"], panel_phase=run.panel_phase,
-                     rounds=done)
+                for phase in [run.panel_phase] + [ph for _, ph in run.copies]:
+                    emit("cell_deferred", cell_id=run.ident["cell_id"], panel_phase=phase,
+                         rounds=done)
             return 0
         for run in live(runs):
             try:
