@@ -55,7 +55,7 @@ LAYERS: dict[str, dict[str, str]] = {
         "plots": "the study's figures (seaborn)",
         "plots_surface": "figures of the speedup surface",
         "plots_trained": "figures of the acceptance reached by trained heads and drafts",
-        "leases": "device time per GPU lease, recomputed from the rows",
+        "leases": "device time per GPU lease and what was measured where, from the rows",
         "devicetime": "what a rerun on another GPU would cost",
     },
     "claims": {

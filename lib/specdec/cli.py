@@ -13,10 +13,12 @@
     specdec train carry|unpack|status|tiny  trained heads and drafts (issue 10, specdec.training)
     specdec env extra NAME | environment-yml | check | ensure-chromium
                                             the dependency pins and the test machine
+    specdec measured-where [--write-readme] the README's "What was measured where", from the rows
 
-``run``/``status``, ``bundle``/``unpack``, ``merge``, ``peer``, ``regenerate`` and ``train`` are
-declared by :mod:`specdec.runner`, :mod:`specdec.bundle`, :mod:`specdec.merge`,
-:mod:`specdec.peer`, :mod:`specdec.regenerate` and :mod:`specdec.training.cli` (``register``),
+``run``/``status``, ``bundle``/``unpack``, ``merge``, ``peer``, ``regenerate``, ``train`` and
+``measured-where`` are declared by :mod:`specdec.runner`, :mod:`specdec.bundle`,
+:mod:`specdec.merge`, :mod:`specdec.peer`, :mod:`specdec.regenerate`,
+:mod:`specdec.training.cli` and :mod:`specdec.leases` (``register``),
 which own their options; the others are here.
 On a host without the installed script: ``python -m specdec.cli ...``.
 """
@@ -27,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import book, bundle, carry, envspec, merge, paths, peer, regenerate, runner, validate
+from . import (book, bundle, carry, envspec, leases, merge, paths, peer, regenerate, runner,
+               validate)
 from .training import cli as training_cli
 from .claims import checkio, checks, ledger
 from .profiles import ProfileError
@@ -167,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     peer.register(sub)  # peer
     regenerate.register(sub)  # regenerate: stale-only reruns, run reports, cached chapters
     training_cli.register(sub)  # train: carry, unpack, status, tiny (issue 10)
+    leases.register(sub)  # measured-where: the README's section, from the rows
 
     e = sub.add_parser("env", help="dependency pins (pyproject.toml is their one source) "
                                    "and the test machine's browser")

@@ -11,9 +11,16 @@ of the lease's profile (or profiles), matched by that commit and the lease's tim
 - ``other work``: what the lease did besides measuring cells: its ``other_work:`` text, else,
   for a lease with a ``training:`` entry, data and training (a training lease spends most of its
   time on them, which no row counts).
+
+:func:`measured_where` is the README's section "What was measured where", generated from the
+rows and the profiles (``specdec measured-where [--write-readme]``; ``tests/test_readme.py``
+fails when the README's copy differs).
 """
 from __future__ import annotations
 
+import argparse
+import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -40,6 +47,14 @@ def load(path: Path | None = None) -> list[dict]:
     return entries
 
 
+def _inside(runs: pd.DataFrame, entry: dict) -> pd.Series:
+    """Rows a lease measured: its commit, stamped inside its time window."""
+    t = pd.to_datetime(runs["timestamp_utc"], utc=True, format="ISO8601")
+    return ((runs["git_commit"] == entry["commit"])
+            & (t >= pd.Timestamp(entry["first_call_utc"]))
+            & (t <= pd.Timestamp(entry["last_call_end_utc"])))
+
+
 def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
     """One row per lease (:data:`COLUMNS`), the cell counts recomputed from the rows."""
     rows = []
@@ -48,10 +63,7 @@ def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
         # set/natural acceptance) start.
         names = e["profile"] if isinstance(e["profile"], list) else [e["profile"]]
         runs = pd.concat([store.load_runs(n, root) for n in names], ignore_index=True)
-        t = pd.to_datetime(runs["timestamp_utc"], utc=True)
-        inside = runs[(runs["git_commit"] == e["commit"]) & (runs["status"] == "ok")
-                      & (t >= pd.Timestamp(e["first_call_utc"]))
-                      & (t <= pd.Timestamp(e["last_call_end_utc"]))]
+        inside = runs[_inside(runs, e) & (runs["status"] == "ok")]
         engine_key = ["profile", "method", "num_speculative_tokens",
                       inside["acceptance_alpha"].notna()]
         starts = inside.groupby(engine_key)["engine_start_s"].first() if len(inside) else []
@@ -64,3 +76,128 @@ def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
                      "other work": e.get("other_work") or (
                          "data and training of heads and drafts" if e.get("training") else "")})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+# --------------------------------------------------------------------------- #
+# What was measured where: the README's section, from the rows and the profiles
+# --------------------------------------------------------------------------- #
+README_PATH = paths.ROOT / "README.md"
+BEGIN = ("<!-- measured-where: generated from data/results/ and profiles/ by "
+         "`specdec measured-where --write-readme`; do not edit by hand -->")
+END = "<!-- /measured-where -->"
+#: A row's lease, where the rows carry one (older rows do not: their lease is found in
+#: ``leases.yaml`` by commit and time window).
+LEASE_COLUMNS = ("lease_id", "lease")
+_NEEDED = ("profile", "cell_id", "status", "device_name", "cpu_model", "vllm_package",
+           "vllm_version", "git_commit", "timestamp_utc") + LEASE_COLUMNS
+
+
+def _rows(name: str, root: Path | None) -> pd.DataFrame:
+    """A profile's run rows; rows whose columns the schema here does not know (written by a
+    newer checkout) are read as they are, only the columns this summary needs."""
+    try:
+        return store.load_runs(name, root)
+    except store.SchemaError:
+        import pyarrow.parquet as pq
+
+        files = sorted(paths.results_dir(name, root).glob("*.runs.parquet"))
+        return pd.concat([pq.read_table(f, columns=[c for c in _NEEDED if c in
+                                                    pq.read_schema(f).names]).to_pandas()
+                          for f in files], ignore_index=True)
+
+
+def _leases_of(name: str, runs: pd.DataFrame, entries: list[dict]) -> list[str]:
+    found: set[str] = set()
+    carried = pd.Series(False, index=runs.index)
+    for col in LEASE_COLUMNS:
+        if col in runs.columns:
+            ids = runs[col].dropna().astype(str)
+            ids = ids[ids != ""]
+            found |= set(ids)
+            carried |= runs.index.isin(ids.index)
+    rest = runs[~carried]
+    for e in entries:
+        names = e["profile"] if isinstance(e["profile"], list) else [e["profile"]]
+        if name in names and len(rest) and _inside(rest, e).any():
+            found.add(str(e["lease"]))
+    return sorted(found)
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text or "").strip()
+
+
+def measured_where(root: Path | None = None, leases_path: Path | None = None) -> str:
+    """Markdown: per profile (and per results folder without a profile), its description and
+    what its rows say: cells ok / failed / not yet measured, devices, vLLM, dates, leases."""
+    from . import profiles as P
+
+    entries = load(leases_path)
+    results = root or paths.RESULTS_DIR
+    with_rows = sorted(d.name for d in results.iterdir()
+                       if d.is_dir() and any(d.glob("*.runs.parquet"))) if results.is_dir() else []
+    lines = []
+    for name in sorted(set(P.list_profiles()) | set(with_rows)):
+        try:
+            prof = P.load_profile(name)
+            about = _one_line(prof.description)
+        except ValueError as e:  # ProfileError, pydantic's ValidationError
+            prof = None
+            about = (f"(profile does not load here: {_one_line(str(e))[:100]})"
+                     if name in P.list_profiles() else "(no profiles/" + name + ".yaml here)")
+        runs = _rows(name, root) if name in with_rows else pd.DataFrame()
+        lines.append(f"- `{name}`: {about}")
+        if runs.empty:
+            lines.append("  Not measured (a reference setup this study does not run)."
+                         if prof is not None and prof.reference_only else "  Not measured yet.")
+            continue
+        cell_ok = runs.groupby("cell_id")["status"].agg(lambda s: bool((s == "ok").all()))
+        cells = f"{int(cell_ok.sum())} ok, {int((~cell_ok).sum())} failed"
+        if prof is not None:
+            grid = {P.cell_id(prof, c) for c in P.expand(prof)}
+            cells += f", {len(grid - set(cell_ok.index))} not yet measured (grid: {len(grid)})"
+        cpu = runs["cpu_model"] if "cpu_model" in runs.columns else pd.Series("", index=runs.index)
+        devices = sorted({f"{d} ({c})" if d == "cpu" and c else str(d)
+                          for d, c in zip(runs["device_name"], cpu.fillna(""))})
+        vllm = sorted({f"{p} {v}" for p, v in zip(runs["vllm_package"], runs["vllm_version"])})
+        days = pd.to_datetime(runs["timestamp_utc"], utc=True, format="ISO8601")
+        first, last = days.min().strftime("%Y-%m-%d"), days.max().strftime("%Y-%m-%d")
+        leases = _leases_of(name, runs, entries)
+        lines.append(f"  Cells: {cells}; on {', '.join(devices)}; {', '.join(vllm)}; measured "
+                     f"{first if first == last else f'{first} to {last}'} (UTC)"
+                     + (f"; leases {', '.join(leases)}" if leases else "") + ".")
+    return "\n".join([BEGIN, *lines, END]) + "\n"
+
+
+def readme_with(section: str, readme: str) -> str:
+    """``readme`` with its generated block replaced by ``section``."""
+    start, end = readme.find(BEGIN), readme.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md: no generated block ({BEGIN!r} ... {END!r}) under "
+                         f"'## What was measured where'")
+    rest = readme[end + len(END):].lstrip("\n")
+    return readme[:start] + section + ("\n" + rest if rest else "")
+
+
+def _cmd_measured_where(args: argparse.Namespace) -> int:
+    section = measured_where()
+    if not args.write_readme:
+        print(section, end="")
+        return 0
+    try:
+        README_PATH.write_text(readme_with(section, README_PATH.read_text()))
+    except ValueError as e:
+        print(f"specdec measured-where: error: {e}", file=sys.stderr)
+        return 1
+    print(README_PATH)
+    return 0
+
+
+def register(sub) -> None:
+    m = sub.add_parser("measured-where",
+                       help="what was measured where, per profile, from the rows (Markdown)",
+                       description="Print the README's section 'What was measured where', "
+                                   "generated from data/results/ and profiles/.")
+    m.add_argument("--write-readme", action="store_true",
+                   help="replace the section in README.md instead of printing it")
+    m.set_defaults(func=_cmd_measured_where)

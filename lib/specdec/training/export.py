@@ -27,10 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..provenance import sha256_file
+
+if TYPE_CHECKING:  # torch is imported where a tensor is touched: the book needs no torch
+    import torch
 
 #: The record beside an artifact's weights (recipe, data hash, sha256 of every tensor).
 MANIFEST = "manifest.json"
@@ -39,6 +41,8 @@ WEIGHTS = "model.safetensors"
 
 
 def tensor_sha256(t: torch.Tensor) -> str:
+    import torch
+
     t = t.detach().cpu().contiguous()
     if t.dtype == torch.bfloat16:
         b = t.view(torch.int16).numpy().tobytes()
@@ -78,6 +82,8 @@ def _llama_head_config(tcfg: dict, **extra) -> dict:
 
 def build(kind, target) -> tuple[dict, dict, dict]:
     """(config, tensors, from_target) of a trained kind (see :mod:`.train`)."""
+    import torch
+
     r = kind.r
     dt = getattr(torch, r["save_dtype"])
     tcfg = target.cfg
