@@ -20,7 +20,7 @@ pytestmark = pytest.mark.book
 
 NOTEBOOKS = book.notebooks()
 #: The experiment chapters written against specdec.book.chapter_data.
-EXPERIMENT_CHAPTERS = ["draft_selection", "k_sweep", "batch_scaling", "methods"]
+EXPERIMENT_CHAPTERS = ["draft_selection", "k_sweep", "batch_scaling", "methods", "protocol"]
 
 
 def test_there_are_notebooks():

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 from . import paths
 
-SHARED_DATA = ("claims", "leases", "model_configs", "reports", "trained", "retrained")
+SHARED_DATA = ("claims", "leases", "model_configs", "reports", "trained", "retrained", "panels")
 
 
 def _files(root: Path) -> list[Path]:

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import (book, bundle, carry, envspec, leases, merge, paths, peer, regenerate, runner,
+from . import (book, bundle, carry, envspec, leases, merge, paths, peer, protocol, regenerate, runner,
                validate)
 from .training import cli as training_cli
 from .claims import checkio, checks, ledger
@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     regenerate.register(sub)  # regenerate: stale-only reruns, run reports, cached chapters
     training_cli.register(sub)  # train: carry, unpack, status, tiny (issue 10)
     leases.register(sub)  # measured-where: the README's section, from the rows
+    protocol.register(sub)  # panel: the control panel's drift within and between leases
 
     e = sub.add_parser("env", help="dependency pins (pyproject.toml is their one source) "
                                    "and the test machine's browser")

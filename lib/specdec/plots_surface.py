@@ -145,3 +145,60 @@ def dynamic_k(df: pd.DataFrame | None, alpha: float,
         ax.set_title(m, fontsize="small")
     _legend(fig, axes)
     return fig
+
+
+def panel_chart(table: pd.DataFrame, metric: str = "step_ms",
+                title: str = "The control panel, lease by lease") -> Figure:
+    """A control chart: each panel cell's ``metric`` relative to its first measurement, one
+    point per lease and phase (start, end) in time order, one line per cell; the band is the
+    protocol's ±3 % agreement."""
+    plots.set_theme()
+    fig = Figure(figsize=(8.0, 3.8), layout="constrained")
+    ax = fig.subplots()
+    fig.suptitle(title)
+    if table is None or table.empty:
+        plots._no_data(ax, "no control panel measured yet")
+        return fig
+    order = table.drop_duplicates(["lease_id", "panel_phase"])[["lease_id", "panel_phase"]]
+    labels = [f"{l}\n{p}" for l, p in zip(order["lease_id"], order["panel_phase"])]
+    pos = {(l, p): i for i, (l, p) in enumerate(zip(order["lease_id"], order["panel_phase"]))}
+    palette = plots.method_palette(sorted(set(table["method"])))
+    ax.axhspan(-3, 3, color="0.9", zorder=0, label="±3 %")
+    for cid, g in table.groupby("cell_id"):
+        g = g.assign(_x=[pos[(l, p)] for l, p in zip(g["lease_id"], g["panel_phase"])]).sort_values("_x")
+        rel = 100.0 * (g[metric] / g[metric].iloc[0] - 1.0)
+        r = g.iloc[0]
+        ax.plot(g["_x"], rel, marker="o", color=palette[r["method"]],
+                linestyle="-" if r["batch_size"] == 1 else "--",
+                label=f"{r['method']} ({r['runner']}), batch {r['batch_size']}")
+    ax.set_xticks(range(len(labels)), labels, fontsize="x-small")
+    ax.set_ylabel(f"{metric.replace('_', ' ')}: % from the first panel")
+    ax.axhline(0, color="0.4", linewidth=0.8)
+    fig.supxlabel(plots.caption(table), fontsize="small", color="0.25")
+    fig.legend(loc="outside right upper", fontsize="x-small")
+    return fig
+
+
+def stability_by_method(cells: pd.DataFrame, threshold: float = 0.03,
+                        title: str = "How much a cell's repeats vary") -> Figure:
+    """Each cell's coefficient of variation over its repeats (throughput and step time), by
+    method and runner; the line is the protocol's 3 % limit."""
+    plots.set_theme()
+    fig = Figure(figsize=(8.0, 3.6), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    fig.suptitle(title)
+    if cells is None or cells.empty:
+        plots._no_data(axes[0])
+        return fig
+    d = cells.assign(who=cells["method"] + " (" + cells["runner"].fillna("?") + ")")
+    order = sorted(set(d["who"]))
+    for ax, col, name in ((axes[0], "tok_s_cv", "throughput"), (axes[1], "step_ms_cv", "step time")):
+        for i, who in enumerate(order):
+            v = 100.0 * d.loc[d["who"] == who, col].astype(float)
+            ax.scatter(v, [i] * len(v), alpha=0.7, s=25)
+        ax.axvline(100 * threshold, color="crimson", linewidth=1)
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_xlabel(f"CV of {name} over repeats (%)")
+    axes[0].set_yticks(range(len(order)), order, fontsize="small")
+    fig.supxlabel(plots.caption(cells), fontsize="small", color="0.25")
+    return fig

@@ -101,6 +101,8 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
             hostname=", ".join(sorted(set(g["hostname"].dropna()))),
             cpu_model=", ".join(sorted(set(g["cpu_model"].dropna()))),
             git_commit=", ".join(sorted(set(g["git_commit"].dropna()))),
+            device_name=", ".join(sorted(set(g["device_name"].dropna()))),
+            vllm_version=", ".join(sorted(set(g["vllm_version"].dropna()))),
             timestamp_utc=g["timestamp_utc"].max(),
         )
         a, k = row["acceptance_alpha"], row["num_speculative_tokens"]
@@ -126,11 +128,13 @@ def speedups(cell_df: pd.DataFrame) -> pd.DataFrame:
         b = index.get(tuple(r[k] for k in PAIR_KEYS))
         row = r.to_dict()
         row.update(baseline_method=None, baseline_tok_s=np.nan, baseline_step_ms=np.nan,
+                   baseline_step_ms_ci_low=np.nan, baseline_step_ms_ci_high=np.nan,
                    speedup=np.nan, speedup_ci_low=np.nan, speedup_ci_high=np.nan,
                    speedup_cost=np.nan, speedup_cost_ci_low=np.nan, speedup_cost_ci_high=np.nan)
         if b is not None:
             row.update(baseline_method=b["method"], baseline_tok_s=b["tok_s"],
-                       baseline_step_ms=b["step_ms"],
+                       baseline_step_ms=b["step_ms"], baseline_step_ms_ci_low=b["step_ms_ci_low"],
+                       baseline_step_ms_ci_high=b["step_ms_ci_high"],
                        speedup=r["tok_s"] / b["tok_s"],
                        speedup_ci_low=r["tok_s_ci_low"] / b["tok_s_ci_high"],
                        speedup_ci_high=r["tok_s_ci_high"] / b["tok_s_ci_low"])
@@ -235,3 +239,148 @@ def flagged(cell_df: pd.DataFrame, threshold: float = stats.CV_THRESHOLD) -> pd.
     """Cells whose throughput CV stayed above ``threshold`` after the protocol's second
     attempt: the book flags them."""
     return cell_df[cell_df["tok_s_cv"] > threshold]
+
+
+def read_at(speedup_df: pd.DataFrame, method: str, alpha: float, k: int, batch: int) -> dict | None:
+    """The speedup read from cost at any alpha: the method's step time interpolated linearly
+    between the measured alphas around ``alpha`` (it hardly moves with alpha), times the exact
+    expected tokens per step, over the same-runner baseline's step time; the interval from
+    the step times' intervals. None where no measured alpha brackets ``alpha``."""
+    g = speedup_df[(speedup_df["method"] == method) & (speedup_df["num_speculative_tokens"] == k)
+                   & (speedup_df["batch_size"] == batch)].dropna(subset=["acceptance_alpha"])
+    g = g.sort_values("acceptance_alpha")
+    if g.empty or not g["acceptance_alpha"].min() <= alpha <= g["acceptance_alpha"].max():
+        return None
+    a = g["acceptance_alpha"].to_numpy(dtype=float)
+    step = float(np.interp(alpha, a, g["step_ms"]))
+    lo = float(np.interp(alpha, a, g["step_ms_ci_low"]))
+    hi = float(np.interp(alpha, a, g["step_ms_ci_high"]))
+    b = g.iloc[0]
+    base, base_lo, base_hi = (b["baseline_step_ms"], b["baseline_step_ms_ci_low"],
+                              b["baseline_step_ms_ci_high"])
+    e = expected_tokens_per_step(alpha, k)
+    return {"method": method, "runner": b["runner"], "baseline_method": b["baseline_method"],
+            "num_speculative_tokens": k, "batch_size": batch, "acceptance_alpha": alpha,
+            "speedup_cost": e * base / step, "speedup_cost_ci_low": e * base_lo / hi,
+            "speedup_cost_ci_high": e * base_hi / lo, "measured_alpha": bool(np.isin(alpha, a).any()),
+            "step_ms_cv": float(g["step_ms_cv"].max())}
+
+
+def method_spread(table: pd.DataFrame, metric: str = "step_ms") -> pd.Series:
+    """Per method, the largest relative difference of ``metric`` between any two panel
+    measurements of the same cell (leases and phases): how far a repeat of the method's
+    figures may move, which no difference smaller than it may be read as a finding."""
+    out = {}
+    for method, g in table.groupby("method"):
+        worst = 0.0
+        for _, c in g.groupby("cell_id"):
+            v = c[metric].to_numpy(dtype=float)
+            if len(v) > 1:
+                worst = max(worst, float(v.max() / v.min() - 1.0))
+        out[method] = worst
+    return pd.Series(out, name=f"{metric}_spread")
+
+
+def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.DataFrame,
+                 k: int = 4, alpha: float = 0.8, batches: Sequence[int] = (1, 16, 64)) -> pd.DataFrame:
+    """What speculation buys on the H200, per method: the speedup read from cost at a set
+    alpha and, where a published acceptance of the method's class exists, at the alpha it
+    implies, for each batch size; with its interval and the method's panel spread."""
+    rows = []
+    for method in sorted(set(speedup_df["method"])):
+        alphas = [(f"set α = {alpha:g}", alpha)]
+        pub = published[(published["method"] == method)] if len(published) else published
+        for _, p in pub.iterrows():
+            alphas.append((f"published ({p['dataset']}): α ≈ {p['implied_alpha']:.2f}",
+                           float(p["implied_alpha"])))
+        for label, a in alphas:
+            row = {"method": method, "acceptance": label}
+            for b in batches:
+                r = read_at(speedup_df, method, a, k, b)
+                if r is None:
+                    row[f"batch {b}"] = "not measured yet"
+                    continue
+                row["runner"] = r["runner"]
+                row[f"batch {b}"] = (f"{r['speedup_cost']:.2f}× "
+                                     f"[{r['speedup_cost_ci_low']:.2f}, {r['speedup_cost_ci_high']:.2f}]")
+            s = spread.get(method, np.nan)
+            row["panel spread"] = f"±{s / 2:.1%}" if pd.notna(s) else "one panel"
+            rows.append(row)
+    cols = ["method", "runner", "acceptance"] + [f"batch {b}" for b in batches] + ["panel spread"]
+    return pd.DataFrame(rows).reindex(columns=cols)
+
+
+def old_vs_new(old_summary: pd.DataFrame, new_cells: pd.DataFrame,
+               cells: Sequence[tuple[str, int, float | None, int]]) -> pd.DataFrame:
+    """The same configurations (method, K, set alpha, batch) in the superseded rows
+    (:func:`specdec.metrics.summarize` of ``h200-surface``: V1 pinned, in-process engine
+    core, 128 output tokens, 3 repeats) and under protocol 2 (vLLM's defaults)."""
+    rows = []
+    new = new_cells[new_cells["panel_phase"].isna()]
+    for method, k, alpha, batch in cells:
+        def pick(df, tok):
+            m = (df["method"] == method) & (df["num_speculative_tokens"] == k) & (df["batch_size"] == batch)
+            m &= df["acceptance_alpha"].isna() if alpha is None else (df["acceptance_alpha"] == alpha)
+            return df[m & (df["workload"] == "repeat")][tok]
+        o, n = pick(old_summary, "tok_s_median"), pick(new, "tok_s")
+        ocv, ncv = pick(old_summary, "tok_s_cv"), pick(new, "tok_s_cv")
+        runner = pick(new, "runner")
+        rows.append({"method": method, "K": k, "α": alpha, "batch": batch,
+                     "old tok/s": float(o.iloc[0]) if len(o) else np.nan,
+                     "old CV": float(ocv.iloc[0]) if len(ocv) else np.nan,
+                     "new tok/s": float(n.iloc[0]) if len(n) else np.nan,
+                     "new CV": float(ncv.iloc[0]) if len(ncv) else np.nan,
+                     "new runner": runner.iloc[0] if len(runner) else None})
+    out = pd.DataFrame(rows)
+    out["new / old"] = out["new tok/s"] / out["old tok/s"]
+    return out
+
+
+def host_evidence(runs: pd.DataFrame) -> dict:
+    """What the GPU was doing while each runner measured: median power draw and the share of
+    repeats at the highest SM clock seen, by runner and method, below batch 64; at batch 64
+    the lowest SM clock and whether NVML reported the software power cap (reason bit 0x4)."""
+    d = last_attempt(runs)
+    d = d.assign(runner=[runner_label(m) for m in d["model_runner"]])
+    top = d["gpu_sm_clock_mhz"].max()
+    small = d[d["batch_size"] < 64]
+    by = small.groupby(["method", "runner"])
+    big = d[d["batch_size"] == 64]
+    reasons = big["gpu_throttle_reasons"].dropna().astype(int)
+    return {
+        "power_w": by["gpu_power_w"].median().to_dict(),
+        "at_top_clock": by["gpu_sm_clock_mhz"].apply(lambda v: float((v == top).mean())).to_dict(),
+        "top_clock_mhz": float(top) if pd.notna(top) else np.nan,
+        "b64_min_clock_mhz": float(big["gpu_sm_clock_min_mhz"].min()) if len(big) else np.nan,
+        "b64_power_cap_share": float(((reasons & 0x4) > 0).mean()) if len(reasons) else np.nan,
+        "b64_power_w": float(big["gpu_power_w"].max()) if len(big) else np.nan,
+    }
+
+
+# --------------------------------------------------------------------------- #
+# CLI: specdec panel
+# --------------------------------------------------------------------------- #
+def _cmd_panel(args) -> int:
+    rows = load_panels(args.profile, args.panels_root)
+    table = panel_table(cells(rows)) if len(rows) else rows
+    if table.empty:
+        print(f"{args.profile}: no control panel stored (specdec run {args.profile} --panel start|end)")
+        return 1
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table[["lease_id", "panel_phase", "method", "batch_size", "runner", "tok_s",
+                     "tok_s_cv", "step_ms", "step_ms_cv", "gpu_sm_clock_mhz"]].round(4).to_string(index=False))
+        print()
+        print("drift of the step time from the first panel (median and worst cell):")
+        print(panel_drift(table).to_string(index=False))
+        print()
+        print("largest move of a panel cell's step time, per method:")
+        print(method_spread(table).to_string())
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("panel", help="the control panel of a profile's leases: drift within "
+                                            "and between leases (issue 19)")
+    p.add_argument("profile")
+    p.add_argument("--panels-root", type=Path, default=None, help="instead of data/panels")
+    p.set_defaults(func=_cmd_panel)
