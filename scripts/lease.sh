@@ -15,7 +15,9 @@
 #                                                 joins the first experiment (its engines
 #                                                 first); --panel end: the panel after the
 #                                                 experiments (none: the panel alone). Rows
-#                                                 carry the lease id $SPECDEC_LEASE.
+#                                                 carry the lease id $SPECDEC_LEASE;
+#                                                 $LEASE_CELLS (globs) keeps only the cells
+#                                                 that match, e.g. 'baseline-v1-*'.
 #   scripts/lease.sh cache [N]                    vLLM's compile cache in 15 MB parts, 4 per call:
 #                                                 parts 4N..4N+3 to $OUT
 #   scripts/lease.sh train receive                the same as receive
@@ -93,6 +95,8 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   fi
   echo "measure-start $(stamp) $profile $*" >> /tmp/lease.log
   first_panel=""; [ "$panel" = start ] && first_panel="--panel start"
+  cellargs=""; for c in ${LEASE_CELLS:-}; do cellargs="$cellargs --cell $c"; done
+  set -f  # the globs of LEASE_CELLS go to specdec as they are
   for exp in "$@"; do
     left=$(( seconds - ($(date +%s) - t0) ))
     [ "$left" -lt 150 ] && { echo "budget spent: $exp not started"; break; }
@@ -102,7 +106,7 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
         --budget "$left" 2>&1 | tee -a /tmp/run.log
       continue
     fi
-    python3 -m specdec.cli run "$profile" -e "$exp" $first_panel --results-root /tmp/results \
+    python3 -m specdec.cli run "$profile" -e "$exp" $first_panel $cellargs --results-root /tmp/results \
       --budget "$left" 2>&1 | grep --line-buffered -v "it/s\]$" | tee -a /tmp/run.log
     first_panel=""
   done
@@ -111,6 +115,7 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
     python3 -m specdec.cli run "$profile" --panel "$panel" --results-root /tmp/results \
       --budget "$left" 2>&1 | grep --line-buffered -v "it/s\]$" | tee -a /tmp/run.log
   fi
+  set +f
   echo "measure-end $(stamp)" >> /tmp/lease.log
   python3 -m specdec.cli status "$profile" --results-root /tmp/results 2>/dev/null | tee -a /tmp/run.log
   # Only what this lease measured goes back.
