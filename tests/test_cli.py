@@ -70,7 +70,7 @@ def test_every_subcommand_is_declared_without_plugin_loading():
     sub = next(a for a in parser._actions if a.dest == "command")
     assert set(sub.choices) == {"run", "status", "validate", "claims", "book", "bundle", "unpack",
                                 "merge", "peer", "regenerate", "train", "env", "carry-plan",
-                                "measured-where", "panel"}
+                                "measured-where", "panel", "devicetime"}
     assert "importlib" not in (paths.ROOT / "lib/specdec/cli.py").read_text()
 
 

@@ -29,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import (book, bundle, carry, envspec, leases, merge, paths, peer, protocol, regenerate, runner,
-               validate)
+from . import (book, bundle, carry, devicetime, envspec, leases, merge, paths, peer, protocol,
+               regenerate, runner, validate)
 from .training import cli as training_cli
 from .claims import checkio, checks, ledger
 from .profiles import ProfileError
@@ -172,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     training_cli.register(sub)  # train: carry, unpack, status, tiny (issue 10)
     leases.register(sub)  # measured-where: the README's section, from the rows
     protocol.register(sub)  # panel: the control panel's drift within and between leases
+    devicetime.register(sub)  # devicetime: expected device time of a profile, to plan leases
 
     e = sub.add_parser("env", help="dependency pins (pyproject.toml is their one source) "
                                    "and the test machine's browser")

@@ -36,12 +36,22 @@ def costs(reference: str, root=None) -> dict:
     cells = cells.sort_values("written")
     engine = ["commit", "method", "k", "synthetic"]
     cells["gap_s"] = cells.groupby(engine)["written"].diff().dt.total_seconds()
+    # Protocol 2 writes an engine's cells together at its end (interleaved rounds), so the gap
+    # says nothing there: a cell costs its timed repeats plus one warm-up pass.
+    version = pd.to_numeric(runs["measure_version"], errors="coerce").fillna(1)
+    timed = runs[version >= 2].groupby("cell_id")["wall_s"].agg(["sum", "median"])
+    if len(timed):
+        cost = (timed["sum"] + timed["median"]).rename("timed_s")
+        cells = cells.merge(cost, left_on="cell_id", right_index=True, how="left")
+        cells["gap_s"] = cells["timed_s"].fillna(cells["gap_s"])
     starts = cells.groupby(engine)["start"].first().reset_index()
+    known = cells.dropna(subset=["gap_s"])
     return {"reference": reference,
             "engine_start_s": starts.groupby("method")["start"].median().to_dict(),
             "engine_start_all": float(starts["start"].median()),
-            "cell_s": cells.dropna(subset=["gap_s"]).groupby("batch")["gap_s"].median().to_dict(),
-            "cell_all": float(cells["gap_s"].median()),
+            "cell_s": known.groupby("batch")["gap_s"].median().to_dict(),
+            "cell_s_method": known.groupby(["method", "batch"])["gap_s"].median().to_dict(),
+            "cell_all": float(known["gap_s"].median()),
             "engines_measured": len(starts), "cells_measured": len(cells)}
 
 
@@ -58,7 +68,8 @@ def estimate(profile, reference: str = "h200-surface", experiments: Sequence[str
         cells = profiles.expand(prof, [name] if name else names)
         groups = profiles.engine_groups(cells)
         start = sum(c["engine_start_s"].get(m, c["engine_start_all"]) for m, _, _ in groups)
-        per_cell = sum(c["cell_s"].get(x.batch_size, c["cell_all"]) for x in cells)
+        per_cell = sum(c.get("cell_s_method", {}).get(
+            (x.method, x.batch_size), c["cell_s"].get(x.batch_size, c["cell_all"])) for x in cells)
         rows.append({"experiment": name or "(all)", "cells": len(cells), "engines": len(groups),
                      "engine_start_s": start, "cells_s": per_cell, "device_s": start + per_cell,
                      "device_minutes": (start + per_cell) / 60})
@@ -86,3 +97,20 @@ def cost_table(c: dict) -> pd.DataFrame:
     rows += [{"what": f"one cell at batch {b}", "seconds": f"{s:.0f}"}
              for b, s in sorted(c["cell_s"].items())]
     return pd.DataFrame(rows, columns=["what", "seconds"])
+
+
+def _cmd(args) -> int:
+    est = estimate(args.profile, args.reference, args.experiment or None)
+    print(f"{args.profile}: expected device time, priced with {args.reference}'s recorded engine "
+          "starts and cell times (per method where it measured the method)")
+    print(table(est).to_string(index=False))
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("devicetime", help="expected device time of a profile's experiments, "
+                                                 "priced with a measured campaign's recorded times")
+    p.add_argument("profile")
+    p.add_argument("--reference", default="h200-surface", help="the measured campaign to price with")
+    p.add_argument("-e", "--experiment", action="append", help="only this experiment (repeatable)")
+    p.set_defaults(func=_cmd)

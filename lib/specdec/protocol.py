@@ -66,6 +66,10 @@ def last_attempt(runs: pd.DataFrame) -> pd.DataFrame:
     return ok[ok["attempt"] == last]
 
 
+def _joined(g: pd.DataFrame, col: str) -> str | None:
+    return ", ".join(sorted(set(g[col].dropna()))) if col in g else None
+
+
 def cells(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per measured cell (per lease and panel phase for panel rows): medians over the
     last attempt's repeats of throughput, step time and tokens per step, with CVs, intervals,
@@ -98,11 +102,11 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
             gpu_sm_clock_min_mhz=pd.to_numeric(g["gpu_sm_clock_min_mhz"], errors="coerce").min(),
             gpu_power_w=stats.median(pd.to_numeric(g["gpu_power_w"], errors="coerce").dropna()),
             gpu_temp_c=stats.median(pd.to_numeric(g["gpu_temp_c"], errors="coerce").dropna()),
-            hostname=", ".join(sorted(set(g["hostname"].dropna()))),
-            cpu_model=", ".join(sorted(set(g["cpu_model"].dropna()))),
-            git_commit=", ".join(sorted(set(g["git_commit"].dropna()))),
-            device_name=", ".join(sorted(set(g["device_name"].dropna()))),
-            vllm_version=", ".join(sorted(set(g["vllm_version"].dropna()))),
+            hostname=_joined(g, "hostname"),
+            cpu_model=_joined(g, "cpu_model"),
+            git_commit=_joined(g, "git_commit"),
+            device_name=_joined(g, "device_name"),
+            vllm_version=_joined(g, "vllm_version"),
             timestamp_utc=g["timestamp_utc"].max(),
         )
         a, k = row["acceptance_alpha"], row["num_speculative_tokens"]
