@@ -112,14 +112,18 @@ def test_report_names_moved_figures_and_environment_changes(regen):
     after = before.copy()
     cell = sorted(after["cell_id"].unique())[-1]
     sel = after["cell_id"] == cell
-    after.loc[sel, "output_tokens_per_s"] *= 2
+    # twice the fastest repeat: outside the interval before, however the fake engine's
+    # tiny timings spread on a busy machine
+    top = before.loc[sel, "output_tokens_per_s"].max()
+    after.loc[sel, "output_tokens_per_s"] = 2 * top
+    median_before = before.loc[sel, "output_tokens_per_s"].median()
     after.loc[sel, "device_name"] = "NVIDIA B200"
     after.loc[sel, "driver_version"] = "590.1"
     rep = regenerate.build_report("fake", {cell: ["engine vllm 0.26.0 -> vllm 0.27.0"]},
                                   {"ok": [cell]}, before, after)
     moved = {m["figure"]: m for m in rep["moved"]}
     assert moved["output tok/s"]["cell_id"] == cell
-    assert moved["output tok/s"]["change"] == pytest.approx(1.0, rel=0.05)
+    assert moved["output tok/s"]["change"] == pytest.approx(2 * top / median_before - 1, rel=1e-6)
     assert moved["output tok/s"]["outside_by"] > 0
     fields = {e["field"]: e for e in rep["environment"]}
     assert fields["GPU / device"]["now"] == ["NVIDIA B200"] and "driver" in fields
@@ -127,7 +131,8 @@ def test_report_names_moved_figures_and_environment_changes(regen):
     path = regenerate.write_report(rep, regen["reports"])
     # the regeneration above wrote its own report first; this one is the newest (oldest first)
     md = regenerate.report_markdown(regenerate.load_reports(regen["reports"])[-1])
-    assert "NVIDIA B200" in md and "output tok/s" in md and "+100" in md
+    assert "NVIDIA B200" in md and "output tok/s" in md
+    assert f"{moved['output tok/s']['change']:+.1%}" in md
     assert json.loads(path.read_text())["profile"] == "fake"
 
 
