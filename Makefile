@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # Test workers (pytest-xdist): the engines and the training run on one core each, so two
 # workers fill a 2-core machine. Each test module stays on one worker (tests/conftest.py).
 TEST_JOBS ?= 2
-XDIST     := -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder
+XDIST     := -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: book test test-fast env-book env-cpu campaign status clean
 

@@ -38,52 +38,57 @@ def injected_provenance(request, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def executed_chapters():
-    """Every chapter notebook executed once per session, in replay mode, each in a fresh kernel,
-    into ``book/chapters/`` (where the book build reads them): ``{stem: executed copy}``, or the
-    :class:`specdec.book.BookError` of a chapter that failed (its test reports it; the book
+def executed_chapters(tmp_path_factory):
+    """Every chapter notebook executed once per test run, in replay mode, each in a fresh
+    kernel, into ``book/chapters/`` (where the book build reads them): ``{stem: executed copy}``,
+    or the :class:`specdec.book.BookError` of a chapter that failed (its test reports it; the book
     build refuses to run on it). Shared by tests/test_notebooks.py (each chapter executes) and
-    tests/test_book.py (the book built from them), which used to execute every chapter twice.
+    tests/test_book.py (the book built from them), which used to execute every chapter twice;
+    under pytest-xdist the first worker to ask executes them, another waits and reads its record.
     """
+    import fcntl
+    import os
+    from pathlib import Path
+
     from specdec import book, paths
 
-    out = {}
-    for nb in book.notebooks():
-        try:  # exactly what book.execute_all(mode="replay") does, chapter by chapter
-            out[nb.stem] = book.execute_notebook(nb, paths.BOOK_DIR / "chapters",
-                                                 {"mode": "replay"})
-        except book.BookError as e:
-            out[nb.stem] = e
-    return out
+    run = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        run = run.parent  # the run's folder, shared by its workers
+    record = run / "executed_chapters.json"
+    with open(run / "executed_chapters.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.is_file():
+            done = {}
+            for nb in book.notebooks():
+                try:  # exactly what book.execute_all(mode="replay") does, chapter by chapter
+                    done[nb.stem] = {"path": str(book.execute_notebook(
+                        nb, paths.BOOK_DIR / "chapters", {"mode": "replay"}))}
+                except book.BookError as e:
+                    done[nb.stem] = {"error": str(e)}
+            record.write_text(json.dumps(done))
+        done = json.loads(record.read_text())
+    return {stem: Path(r["path"]) if "path" in r else book.BookError(r["error"])
+            for stem, r in done.items()}
 
 
 # --------------------------------------------------------------------------- #
-# Scheduling: `make test` runs the suite on two pytest-xdist workers (-n 2 --dist loadgroup
-# --no-loadscope-reorder). Engines and training use one thread each, so two of them fill the
+# Scheduling: `make test` runs the suite on two pytest-xdist workers (-n 2 --dist loadfile
+# --no-loadscope-reorder; loadgroup does not group with pytest 9.2, whose node ids ignore
+# the group suffix xdist 3.8 appends). Engines and training use one thread each, so two of them fill the
 # two cores of the machine this study runs on.
 # --------------------------------------------------------------------------- #
 #: The modules that take minutes (real engines, training, the executed chapters and the book,
-#: the live API checks), longest first: each worker starts on one and the quick modules fill in
-#: behind them, instead of the longest starting last.
-SLOW_FIRST = ["test_training.py", "test_e2e_cpu.py", "test_book.py", "test_notebooks.py",
-              "test_crash_cpu.py", "test_claims.py"]
-#: Modules that share the session's executed chapters (:func:`executed_chapters`): one worker.
-BOOK_GROUP = {"test_book.py", "test_notebooks.py"}
-#: Long tests that share no fixture with their module: a group of their own, scheduled first.
-OWN_GROUP = {"test_training.py::test_every_artifact_loads_and_speculates_in_vllm_cpu"}
+#: the live API checks), in the order they start (--dist loadfile --no-loadscope-reorder):
+#: the two longest first, one on each worker, then the next two behind them; the notebooks
+#: (which execute the chapters) before the book (which builds from them); the quick modules
+#: fill in behind, instead of a long one starting last.
+SLOW_FIRST = ["test_training_vllm.py", "test_e2e_cpu.py", "test_crash_cpu.py",
+              "test_notebooks.py", "test_book.py", "test_training.py", "test_claims.py"]
 
 
 def pytest_collection_modifyitems(config, items):
-    """Slow modules first; each module is one xdist group (its module-scoped fixtures, a
-    campaign or a training, run once), the book's two modules one group together."""
+    """The slow modules first; under xdist each module runs on one worker (--dist loadfile),
+    so its module-scoped fixtures (a campaign, a training) run once."""
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-
-    def own(item):
-        return f"{item.path.name}::{item.name}" in OWN_GROUP
-
-    # stable: the other modules keep their order
-    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), not own(item)))
-    for item in items:
-        group = ("book" if item.path.name in BOOK_GROUP
-                 else f"{item.path.name}::{item.name}" if own(item) else item.path.name)
-        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable for the rest
