@@ -11,6 +11,10 @@ PIP    := $(PY) -m pip install --disable-pip-version-check -q
 TORCH_WHEELS ?= /opt/wheels
 TORCH_SOURCE := $(if $(wildcard $(TORCH_WHEELS)),--find-links $(TORCH_WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu)
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist): the engines and the training run on one core each, so two
+# workers fill a 2-core machine. Each test module stays on one worker (tests/conftest.py).
+TEST_JOBS ?= 2
+XDIST     := -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: book test test-fast env-book env-cpu campaign status clean
 
@@ -38,11 +42,11 @@ book: $(VENV)/.stamp-book
 
 test: $(VENV)/.stamp-cpu
 	$(VENV)/bin/specdec env ensure-chromium
-	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -ra $(XDIST) $(PYTEST_ARGS)
 
 # Unit tests only: no vLLM engine, no book build.
 test-fast: $(VENV)/.stamp-cpu
-	$(VENV)/bin/pytest -ra -m "not vllm and not book" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -ra $(XDIST) -m "not vllm and not book" $(PYTEST_ARGS)
 
 campaign: $(VENV)/.stamp-cpu
 	$(VENV)/bin/specdec run cpu-smollm2

@@ -72,8 +72,12 @@ CHECK_SCRIPT = r"""
 
 
 @pytest.fixture(scope="module")
-def built_book() -> Path:
-    book.execute_all(mode="replay")
+def built_book(executed_chapters) -> Path:
+    # the chapters executed once per session (conftest.executed_chapters), as
+    # book.execute_all(mode="replay") writes them; a chapter that failed stops the build
+    failed = [e for e in executed_chapters.values() if isinstance(e, Exception)]
+    if failed:
+        raise failed[0]
     return book.build(quiet=True)
 
 
