@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from specdec import protocol
+from specdec import protocol, theory
 
 V1 = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
 V2 = "vllm.v1.worker.gpu.model_runner.GPUModelRunner"
@@ -29,9 +29,9 @@ def _rows(method, k, alpha, step_ms, tps, runner=V2, core="default", batch=1, at
 
 
 def test_expected_tokens_per_step():
-    assert protocol.expected_tokens_per_step(0.0, 4) == 1.0
-    assert protocol.expected_tokens_per_step(1.0, 4) == 5.0
-    assert protocol.expected_tokens_per_step(0.8, 4) == pytest.approx(1 + .8 + .64 + .512 + .4096)
+    assert theory.expected_tokens_per_step(0.0, 4) == 1.0
+    assert theory.expected_tokens_per_step(1.0, 4) == 5.0
+    assert theory.expected_tokens_per_step(0.8, 4) == pytest.approx(1 + .8 + .64 + .512 + .4096)
 
 
 def test_speedup_from_cost_pairs_the_baseline_of_the_same_runner():
@@ -39,7 +39,7 @@ def test_speedup_from_cost_pairs_the_baseline_of_the_same_runner():
             + _rows("eagle3", 4, 0.8, 7.0, 3.2) + _rows("draft-1b", 4, 0.8, 12.0, 3.5, runner=V1))
     cells = protocol.cells(pd.DataFrame(rows))
     sp = protocol.speedups(cells).set_index("method")
-    e = protocol.expected_tokens_per_step(0.8, 4)
+    e = theory.expected_tokens_per_step(0.8, 4)
     assert sp.loc["eagle3", "baseline_method"] == "baseline"
     assert sp.loc["draft-1b", "baseline_method"] == "baseline-v1"  # V1 with V1
     assert sp.loc["eagle3", "speedup_cost"] == pytest.approx(e * 6.0 / 7.0)
@@ -63,12 +63,12 @@ def test_last_attempt_replaces_an_unstable_first_measurement():
 def test_prediction_between_measured_alphas():
     rows = _rows("baseline", 0, None, 6.0, 1.0)
     for a, step in [(0.5, 7.0), (0.8, 7.3), (1.0, 7.5), (0.9, 7.4 * 1.05)]:
-        rows += _rows("eagle3", 4, a, step, protocol.expected_tokens_per_step(a, 4))
+        rows += _rows("eagle3", 4, a, step, theory.expected_tokens_per_step(a, 4))
     sp = protocol.speedups(protocol.cells(pd.DataFrame(rows)))
     check = protocol.predicted_between(sp, [0.5, 0.8, 1.0], [0.9])
     assert len(check) == 1
     row = check.iloc[0]
-    assert row["predicted"] == pytest.approx(protocol.expected_tokens_per_step(0.9, 4) * 6.0 / 7.4)
+    assert row["predicted"] == pytest.approx(theory.expected_tokens_per_step(0.9, 4) * 6.0 / 7.4)
     assert row["error"] == pytest.approx(1.05 - 1, rel=1e-6) and not row["within"]
 
 
@@ -84,3 +84,17 @@ def test_panel_drift_between_leases():
     assert bool(drift.loc[("L1", "end"), "agrees"]) and not bool(drift.loc[("L2", "start"), "agrees"])
     assert protocol.runner_label(V1) == "V1" and protocol.runner_label(None) is None
     assert protocol.panel_drift(table.iloc[:0]).empty
+
+
+def test_summarize_counts_a_cell_by_its_last_attempt():
+    """The last-attempt rule sits in metrics.summarize, which every chapter and the
+    regeneration read: a cell measured again is not averaged with its unstable first try."""
+    from specdec import metrics
+
+    rows = _rows("baseline", 0, None, 6.0, 1.0, jitter=0.1) + _rows("baseline", 0, None, 6.6, 1.0, attempt=1)
+    extra = {"config_hash": "h", "draft": None, "max_tokens": 512, "compilation": "default",
+             "tpot_ms": 5.0, "spec_num_drafts": None, "spec_num_draft_tokens": None,
+             "spec_num_accepted_tokens": None, "spec_accepted_per_pos": None}
+    summary = metrics.summarize(pd.DataFrame([{**r, **extra} for r in rows]))
+    assert len(summary) == 1 and summary.iloc[0]["n_repeats"] == 5
+    assert summary.iloc[0]["tok_s_median"] == pytest.approx(1.0 / 0.0066)

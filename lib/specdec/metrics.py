@@ -84,6 +84,21 @@ def _per_position_sum(lists: pd.Series) -> np.ndarray | None:
     return out
 
 
+def last_attempt(runs: pd.DataFrame) -> pd.DataFrame:
+    """The ok rows of each cell's last attempt: under measuring protocol 2 a cell whose repeats
+    varied too much is measured again and its rows keep both attempts; the second replaces
+    the first. Rows without the column (protocol 1) count as attempt 0. A control panel's rows
+    are a cell per lease and phase."""
+    ok = runs[runs["status"] == "ok"].copy()
+    if ok.empty:
+        return ok
+    attempt = ok["attempt"].fillna(0) if "attempt" in ok else pd.Series(0, index=ok.index)
+    ok["attempt"] = attempt.astype(int)
+    keys = [c for c in ("cell_id", "lease_id", "panel_phase") if c in ok]
+    last = ok.groupby(keys, dropna=False)["attempt"].transform("max")
+    return ok[ok["attempt"] == last]
+
+
 def summarize(runs_df: pd.DataFrame, cv_threshold: float = stats.CV_THRESHOLD) -> pd.DataFrame:
     """One row per cell from run rows; only ``status == "ok"`` repeats count.
 
@@ -112,7 +127,7 @@ def summarize(runs_df: pd.DataFrame, cv_threshold: float = stats.CV_THRESHOLD) -
              "summarize")
     failed_counts = (runs_df[runs_df["status"] != "ok"].groupby("cell_id").size()
                      if len(runs_df) else pd.Series(dtype=int))
-    ok = runs_df[runs_df["status"] == "ok"]
+    ok = last_attempt(runs_df)  # a cell measured again counts with its last attempt only
     rows = []
     for key, g in _groups(ok, CELL_KEYS):
         row = dict(zip(CELL_KEYS, key))

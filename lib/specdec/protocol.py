@@ -24,7 +24,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from . import paths, stats, store
+from . import metrics, paths, stats, store, theory
+from .surface import _read_between
 
 #: A cell is paired with the baseline measured on the same runner and engine core, at the
 #: same batch size, workload and temperature.
@@ -48,28 +49,6 @@ def runner_label(model_runner) -> str | None:
                             if "." in str(model_runner) else str(model_runner))
 
 
-def expected_tokens_per_step(alpha: float, k: int) -> float:
-    """1 + sum of alpha**(i+1) for i < K: the bonus token plus the expected accepted drafts."""
-    return 1.0 + sum(float(alpha) ** (i + 1) for i in range(int(k)))
-
-
-def last_attempt(runs: pd.DataFrame) -> pd.DataFrame:
-    """The ok rows of each cell's last attempt (a cell measured again for its CV keeps only
-    the second measurement); rows without the column count as attempt 0."""
-    ok = runs[runs["status"] == "ok"].copy()
-    if ok.empty:
-        return ok
-    attempt = ok["attempt"].fillna(0) if "attempt" in ok else pd.Series(0, index=ok.index)
-    ok["attempt"] = attempt.astype(int)
-    keys = ["cell_id", "lease_id", "panel_phase"] if "panel_phase" in ok else ["cell_id"]
-    last = ok.groupby(keys, dropna=False)["attempt"].transform("max")
-    return ok[ok["attempt"] == last]
-
-
-def _joined(g: pd.DataFrame, col: str) -> str | None:
-    return ", ".join(sorted(set(g[col].dropna()))) if col in g else None
-
-
 def cells(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per measured cell (per lease and panel phase for panel rows): medians over the
     last attempt's repeats of throughput, step time and tokens per step, with CVs, intervals,
@@ -77,7 +56,7 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     keys = ["profile", "cell_id", "method", "num_speculative_tokens", "batch_size", "workload",
             "temperature", "acceptance_alpha", "lease_id", "panel_phase"]
-    data = last_attempt(runs)
+    data = metrics.last_attempt(runs)
     for c in keys:
         if c not in data:
             data[c] = None
@@ -102,15 +81,15 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
             gpu_sm_clock_min_mhz=pd.to_numeric(g["gpu_sm_clock_min_mhz"], errors="coerce").min(),
             gpu_power_w=stats.median(pd.to_numeric(g["gpu_power_w"], errors="coerce").dropna()),
             gpu_temp_c=stats.median(pd.to_numeric(g["gpu_temp_c"], errors="coerce").dropna()),
-            hostname=_joined(g, "hostname"),
-            cpu_model=_joined(g, "cpu_model"),
-            git_commit=_joined(g, "git_commit"),
-            device_name=_joined(g, "device_name"),
-            vllm_version=_joined(g, "vllm_version"),
+            hostname=metrics._joined(g["hostname"]) if "hostname" in g else None,
+            cpu_model=metrics._joined(g["cpu_model"]) if "cpu_model" in g else None,
+            git_commit=metrics._joined(g["git_commit"]) if "git_commit" in g else None,
+            device_name=metrics._joined(g["device_name"]) if "device_name" in g else None,
+            vllm_version=metrics._joined(g["vllm_version"]) if "vllm_version" in g else None,
             timestamp_utc=g["timestamp_utc"].max(),
         )
         a, k = row["acceptance_alpha"], row["num_speculative_tokens"]
-        row["expected_tokens_per_step"] = (expected_tokens_per_step(a, k)
+        row["expected_tokens_per_step"] = (float(theory.expected_tokens_per_step(a, k))
                                            if a is not None and pd.notna(a) else float("nan"))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -165,26 +144,27 @@ def cost_vs_realised(speedup_df: pd.DataFrame) -> pd.DataFrame:
 def predicted_between(speedup_df: pd.DataFrame, measured_alphas: Sequence[float],
                       check_alphas: Sequence[float]) -> pd.DataFrame:
     """The step-cost reading where it was not measured: at each alpha of ``check_alphas``,
-    the method's step time interpolated linearly between the measured alphas around it
-    (``measured_alphas``), times the exact expected tokens per step, over the baseline's
-    step time; beside the speedup measured there (realised and from its own step cost).
-    ``within`` says whether the prediction lies within :data:`PREDICTION_TOLERANCE` of the
-    speedup read from the cell's own step cost (the draw's noise left out)."""
+    :func:`read_at` from the ``measured_alphas`` alone, beside the speedup measured there
+    (read from its own step cost, and realised). ``within`` says whether the prediction lies
+    within :data:`PREDICTION_TOLERANCE` of the one read from the cell's own step cost (the
+    draw's noise left out)."""
     rows = []
-    keys = ["method", "num_speculative_tokens", "batch_size", "workload", "runner", "engine_core"]
-    for key, g in speedup_df.groupby(keys, dropna=False):
-        known = g[g["acceptance_alpha"].isin(measured_alphas)].sort_values("acceptance_alpha")
-        if len(known) < 2:
+    checked = speedup_df[speedup_df["acceptance_alpha"].isin(check_alphas)]
+    for _, r in checked.iterrows():
+        pred = read_at(speedup_df, r["method"], float(r["acceptance_alpha"]),
+                       int(r["num_speculative_tokens"]), int(r["batch_size"]),
+                       from_alphas=measured_alphas)
+        if pred is None:
             continue
-        for _, r in g[g["acceptance_alpha"].isin(check_alphas)].iterrows():
-            a = float(r["acceptance_alpha"])
-            step = float(np.interp(a, known["acceptance_alpha"], known["step_ms"]))
-            pred = r["expected_tokens_per_step"] * r["baseline_step_ms"] / step
-            rows.append({**dict(zip(keys, key)), "acceptance_alpha": a, "predicted": pred,
-                         "measured_cost": r["speedup_cost"], "measured_realised": r["speedup"],
-                         "error": pred / r["speedup_cost"] - 1.0,
-                         "error_realised": pred / r["speedup"] - 1.0,
-                         "within": abs(pred / r["speedup_cost"] - 1.0) <= PREDICTION_TOLERANCE})
+        error = pred["speedup_cost"] / r["speedup_cost"] - 1.0
+        rows.append({"method": r["method"], "num_speculative_tokens": r["num_speculative_tokens"],
+                     "batch_size": r["batch_size"], "workload": r["workload"],
+                     "runner": r["runner"], "engine_core": r["engine_core"],
+                     "acceptance_alpha": float(r["acceptance_alpha"]),
+                     "predicted": pred["speedup_cost"], "measured_cost": r["speedup_cost"],
+                     "measured_realised": r["speedup"], "error": error,
+                     "error_realised": pred["speedup_cost"] / r["speedup"] - 1.0,
+                     "within": abs(error) <= PREDICTION_TOLERANCE})
     return pd.DataFrame(rows)
 
 
@@ -245,29 +225,32 @@ def flagged(cell_df: pd.DataFrame, threshold: float = stats.CV_THRESHOLD) -> pd.
     return cell_df[cell_df["tok_s_cv"] > threshold]
 
 
-def read_at(speedup_df: pd.DataFrame, method: str, alpha: float, k: int, batch: int) -> dict | None:
-    """The speedup read from cost at any alpha: the method's step time interpolated linearly
-    between the measured alphas around ``alpha`` (it hardly moves with alpha), times the exact
-    expected tokens per step, over the same-runner baseline's step time; the interval from
-    the step times' intervals. None where no measured alpha brackets ``alpha``."""
+def read_at(speedup_df: pd.DataFrame, method: str, alpha: float, k: int, batch: int,
+            from_alphas: Sequence[float] | None = None) -> dict | None:
+    """The speedup read from cost at any alpha: the method's step time (and its interval) read
+    linearly between the measured alphas around ``alpha`` (:func:`specdec.surface._read_between`;
+    a step's cost hardly moves with alpha), times the exact expected tokens per step, over the
+    same-runner baseline's step time. ``from_alphas``: read from these measured alphas only.
+    None where no measured alpha brackets ``alpha``."""
     g = speedup_df[(speedup_df["method"] == method) & (speedup_df["num_speculative_tokens"] == k)
                    & (speedup_df["batch_size"] == batch)].dropna(subset=["acceptance_alpha"])
-    g = g.sort_values("acceptance_alpha")
-    if g.empty or not g["acceptance_alpha"].min() <= alpha <= g["acceptance_alpha"].max():
+    if from_alphas is not None:
+        g = g[g["acceptance_alpha"].isin(from_alphas)]
+    if g.empty:
         return None
-    a = g["acceptance_alpha"].to_numpy(dtype=float)
-    step = float(np.interp(alpha, a, g["step_ms"]))
-    lo = float(np.interp(alpha, a, g["step_ms_ci_low"]))
-    hi = float(np.interp(alpha, a, g["step_ms_ci_high"]))
+    curves = g.set_index("acceptance_alpha").sort_index()
+    read = [_read_between(curves[c], alpha) for c in ("step_ms", "step_ms_ci_low", "step_ms_ci_high")]
+    if read[0] is None:
+        return None
+    (step, _, _), (lo, _, _), (hi, _, _) = read
     b = g.iloc[0]
     base, base_lo, base_hi = (b["baseline_step_ms"], b["baseline_step_ms_ci_low"],
                               b["baseline_step_ms_ci_high"])
-    e = expected_tokens_per_step(alpha, k)
+    e = float(theory.expected_tokens_per_step(alpha, k))
     return {"method": method, "runner": b["runner"], "baseline_method": b["baseline_method"],
             "num_speculative_tokens": k, "batch_size": batch, "acceptance_alpha": alpha,
             "speedup_cost": e * base / step, "speedup_cost_ci_low": e * base_lo / hi,
-            "speedup_cost_ci_high": e * base_hi / lo, "measured_alpha": bool(np.isin(alpha, a).any()),
-            "step_ms_cv": float(g["step_ms_cv"].max())}
+            "speedup_cost_ci_high": e * base_hi / lo}
 
 
 def method_spread(table: pd.DataFrame, metric: str = "step_ms") -> pd.Series:
@@ -293,8 +276,7 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
     rows = []
     for method in sorted(set(speedup_df["method"])):
         alphas = [(f"set α = {alpha:g}", alpha)]
-        pub = published[(published["method"] == method)] if len(published) else published
-        for _, p in pub.iterrows():
+        for _, p in published[published["method"] == method].iterrows():
             alphas.append((f"published ({p['dataset']}): α ≈ {p['implied_alpha']:.2f}",
                            float(p["implied_alpha"])))
         for label, a in alphas:
@@ -312,6 +294,20 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
             rows.append(row)
     cols = ["method", "runner", "acceptance"] + [f"batch {b}" for b in batches] + ["panel spread"]
     return pd.DataFrame(rows).reindex(columns=cols)
+
+
+def answer(profile: str, published: pd.DataFrame, results_root: Path | None = None,
+           panels: Path | None = None, **table_args) -> pd.DataFrame | None:
+    """:func:`answer_table` of a protocol-2 campaign from its stored rows and panels, at the
+    ``published`` acceptance (:func:`specdec.claims.published.table`): the table the protocol
+    chapter and the conclusions open with; None where the campaign has no rows."""
+    runs = store.load_runs(profile, results_root)
+    if runs.empty:
+        return None
+    panel_runs = load_panels(profile, panels)
+    spread = (method_spread(panel_table(cells(panel_runs))) if len(panel_runs)
+              else pd.Series(dtype=float))
+    return answer_table(speedups(cells(runs)), spread, published, **table_args)
 
 
 def old_vs_new(old_summary: pd.DataFrame, new_cells: pd.DataFrame,
@@ -344,7 +340,7 @@ def host_evidence(runs: pd.DataFrame) -> dict:
     """What the GPU was doing while each runner measured: median power draw and the share of
     repeats at the highest SM clock seen, by runner and method, below batch 64; at batch 64
     the lowest SM clock and whether NVML reported the software power cap (reason bit 0x4)."""
-    d = last_attempt(runs)
+    d = metrics.last_attempt(runs)
     d = d.assign(runner=[runner_label(m) for m in d["model_runner"]])
     top = d["gpu_sm_clock_mhz"].max()
     small = d[d["batch_size"] < 64]
