@@ -52,7 +52,9 @@ receive)
   cp -v .train-out/*/train-out.* /tmp/t/recorded/ 2>/dev/null
   ls -la /tmp/b /tmp/vc /tmp/t /tmp/t/recorded
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  echo "receive $(stamp)" >> /tmp/lease.log
+  # which physical GPU (hence host) this lease runs on: the rows carry the same UUID
+  echo "receive $(stamp) $(nvidia-smi --query-gpu=uuid,pci.bus_id --format=csv,noheader | head -1)" >> /tmp/lease.log
+  tail -1 /tmp/lease.log
   ;;
 measure)
   commit=${1:?commit}; seconds=${2:?seconds}; profile=${3:?profile}; shift 3

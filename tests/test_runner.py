@@ -364,6 +364,33 @@ def test_protocol2_interleaves_repeats_and_records_steps(setup, tmp_path, monkey
     # baseline engine first: warm-up b1 (3 calls), b2 (2 calls), then 3 rounds of (3 + 2)
     assert calls[:5 + 15] == [1, 1, 1, 2, 2] + [1, 1, 1, 2, 2] * 3
     assert set(runs[runs.method == "ngram-pinned"]["engine_core"]) == {"default"}
+    # the host's side of every repeat, from /proc (shares need a repeat of a jiffy or more:
+    # the fake's take less); no GPU here: no NVML stamps, no probe
+    busy = runs["host_busy_pct"].dropna()
+    assert busy.between(0, 100).all() and runs["host_steal_pct"].notna().sum() == len(busy)
+    assert runs["engine_cpu_s"].notna().all() and (runs["engine_cpu_s"] >= 0).all()
+    assert runs["host_probe_us"].isna().all() and runs["gpu_uuid"].isna().all()
+
+
+def test_host_counters_count_the_engine_core_process():
+    """engine_cpu_s counts the descendants of the measuring process (vLLM's engine core)."""
+    import subprocess
+    import time
+
+    from specdec.worker import HostCounters
+
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        h = HostCounters()
+        h.begin()
+        time.sleep(1.0)
+        got = h.end()
+    finally:
+        child.kill()
+        child.wait()
+    assert 0.5 <= got["engine_cpu_s"] <= 1.5
+    assert got["host_busy_pct"] > 0
 
 
 def test_protocol2_panel_is_stored_apart_and_its_engines_come_first(setup, capsys):

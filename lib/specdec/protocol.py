@@ -41,6 +41,15 @@ RUNNER_NAMES = {"vllm.v1.worker.gpu.model_runner.GPUModelRunner": "V2",
                 "vllm.v1.worker.gpu_model_runner.GPUModelRunner": "V1"}
 
 
+#: The host's side of a repeat (worker.GpuSampler, worker.HostCounters), null in older rows.
+HOST_STAMPS = ("gpu_util_pct", "host_probe_us", "host_busy_pct", "host_steal_pct")
+
+
+def _median_of(g: pd.DataFrame, column: str) -> float:
+    """Median of a numeric column over a cell's repeats; NaN where the rows lack it."""
+    return stats.median(pd.to_numeric(g[column], errors="coerce")) if column in g else float("nan")
+
+
 def runner_label(model_runner) -> str | None:
     """"V1" or "V2" for vLLM's GPU model runners (module path), else the class as stored."""
     if model_runner is None or (isinstance(model_runner, float) and np.isnan(model_runner)):
@@ -81,6 +90,11 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
             gpu_sm_clock_min_mhz=pd.to_numeric(g["gpu_sm_clock_min_mhz"], errors="coerce").min(),
             gpu_power_w=stats.median(pd.to_numeric(g["gpu_power_w"], errors="coerce").dropna()),
             gpu_temp_c=stats.median(pd.to_numeric(g["gpu_temp_c"], errors="coerce").dropna()),
+            **{c: _median_of(g, c) for c in HOST_STAMPS},
+            engine_cpu_ms_per_step=(stats.median(1000 * pd.to_numeric(g["engine_cpu_s"], errors="coerce")
+                                                 / pd.to_numeric(g["engine_steps"], errors="coerce"))
+                                    if "engine_cpu_s" in g else float("nan")),
+            gpu_uuid=metrics._joined(g["gpu_uuid"]) if "gpu_uuid" in g else None,
             hostname=metrics._joined(g["hostname"]) if "hostname" in g else None,
             cpu_model=metrics._joined(g["cpu_model"]) if "cpu_model" in g else None,
             git_commit=metrics._joined(g["git_commit"]) if "git_commit" in g else None,

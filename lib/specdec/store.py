@@ -62,6 +62,15 @@ tokens_per_step             output tokens per request per step (realised; 1 for 
 gpu_*                       what the GPU was doing during the repeat (NVML, sampled every 100 ms):
                             median SM clock, lowest SM clock, median memory clock, power, temperature,
                             the OR of the clock-throttle reasons seen; null on CPU
+gpu_util_pct                median NVML GPU utilisation over the repeat (share of time a kernel ran)
+host_probe_us               median time of a fixed piece of pure-Python work, timed every 200 ms
+                            beside the engine (worker.GpuSampler): how fast the host ran host-side
+                            code; null on CPU and beside an in-process engine core
+host_busy_pct               share of the machine's CPU time that was busy over the repeat (/proc/stat)
+host_steal_pct              share of the machine's CPU time the hypervisor gave to others (steal)
+engine_cpu_s                CPU seconds of the measuring process and its descendants (vLLM's
+                            engine core) over the repeat
+gpu_uuid                    the GPU's UUID (NVML): which physical GPU, hence which host, measured
 lease_id                    the device lease that measured the row ($SPECDEC_LEASE), if any
 panel_phase                 "start" or "end" for a lease's control-panel rows (issue 19), else null
 provenance columns          see provenance.PROVENANCE_COLUMNS
@@ -159,6 +168,12 @@ RUNS_SCHEMA = pa.schema(
         pa.field("gpu_power_w", pa.float64()),
         pa.field("gpu_temp_c", pa.float64()),
         pa.field("gpu_throttle_reasons", pa.int64()),
+        pa.field("gpu_util_pct", pa.float64()),
+        pa.field("host_probe_us", pa.float64()),
+        pa.field("host_busy_pct", pa.float64()),
+        pa.field("host_steal_pct", pa.float64()),
+        pa.field("engine_cpu_s", pa.float64()),
+        pa.field("gpu_uuid", pa.string()),
         pa.field("lease_id", pa.string()),
         pa.field("panel_phase", pa.string()),
     ]
@@ -175,7 +190,10 @@ ADDED_COLUMNS = frozenset({"acceptance_alpha", "synthetic_rates", "model_runner"
                            "attempt", "passes", "engine_core", "engine_steps", "step_ms",
                            "tokens_per_step", "gpu_sm_clock_mhz", "gpu_sm_clock_min_mhz",
                            "gpu_mem_clock_mhz", "gpu_power_w", "gpu_temp_c",
-                           "gpu_throttle_reasons", "lease_id", "panel_phase"})
+                           "gpu_throttle_reasons", "lease_id", "panel_phase",
+                           # the host's side of a repeat (issue 19, lease 8)
+                           "gpu_util_pct", "host_probe_us", "host_busy_pct", "host_steal_pct",
+                           "engine_cpu_s", "gpu_uuid"})
 
 TOKENS_SCHEMA = pa.schema(
     _IDENTITY_FIELDS

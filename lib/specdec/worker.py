@@ -60,19 +60,28 @@ def metrics_delta(before: dict, after: dict, speculative: bool) -> dict:
 
 
 class GpuSampler:
-    """What the GPU was doing: SM and memory clocks, power, temperature and the clock-throttle
-    reasons, read through NVML every ``period_s`` by a background thread (issue 19: every
-    repeat is stamped with them). A no-op where there is no NVIDIA GPU or no ``pynvml``."""
+    """What the GPU and the host were doing: SM and memory clocks, power, temperature, the
+    clock-throttle reasons and the GPU's busy share (NVML), and a fixed piece of Python work
+    timed (the CPU probe: how fast this host runs host-side code right now), read every
+    ``period_s`` by a background thread (issue 19: every repeat is stamped with them). NVML
+    stamps are a no-op where there is no NVIDIA GPU or no ``pynvml``. The probe runs only
+    beside a GPU and an engine core of its own process (``probe``): on a CPU campaign it
+    would take a core from the engine, and beside an in-process core the GIL."""
 
     COLUMNS = ("gpu_sm_clock_mhz", "gpu_sm_clock_min_mhz", "gpu_mem_clock_mhz", "gpu_power_w",
-               "gpu_temp_c", "gpu_throttle_reasons")
+               "gpu_temp_c", "gpu_throttle_reasons", "gpu_util_pct", "host_probe_us")
+    #: Iterations of the CPU probe: about 1 ms of pure Python on a 2026 server core.
+    PROBE_N = 20_000
 
-    def __init__(self, cuda: bool, period_s: float = 0.2):
+    def __init__(self, cuda: bool, period_s: float = 0.2, probe: bool = True):
         import threading
 
         self.samples: list[tuple] = []
+        self.uuid: str | None = None
+        self._probe = probe
         self._stop = threading.Event()
         self._thread = None
+        self._nvml = None
         if not cuda:
             return
         try:
@@ -84,28 +93,48 @@ class GpuSampler:
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
             self._throttle = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
                               or getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+            try:
+                uuid = pynvml.nvmlDeviceGetUUID(self._handle)
+                self.uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            except Exception:
+                self.uuid = None
             self._sample()
         except Exception as e:  # stamps are a bonus; never lose the measurement over them
             emit("gpu_sampler_unavailable", error=repr(e)[-300:])
-            return
+            self._nvml = None
         self._period = period_s
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
+    @classmethod
+    def probe_us(cls) -> float:
+        """Microseconds of a fixed piece of pure-Python work (what host-side engine code is
+        made of): it grows when the host's cores are slower or shared."""
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(cls.PROBE_N):
+            acc += i * i
+        return 1e6 * (time.perf_counter() - t0)
+
     def _sample(self) -> None:
-        n, h = self._nvml, self._handle
-        reasons = None
-        if self._throttle is not None:
+        gpu = (None,) * 6
+        if self._nvml is not None:
+            n, h = self._nvml, self._handle
+            reasons = util = None
+            if self._throttle is not None:
+                try:
+                    reasons = int(self._throttle(h))
+                except Exception:
+                    reasons = None
             try:
-                reasons = int(self._throttle(h))
+                util = float(n.nvmlDeviceGetUtilizationRates(h).gpu)
             except Exception:
-                reasons = None
-        self.samples.append((time.perf_counter(),
-                             float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
-                             float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
-                             n.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                             float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
-                             reasons))
+                util = None
+            gpu = (float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
+                   float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
+                   n.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                   float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)), reasons, util)
+        self.samples.append((time.perf_counter(), *gpu, self.probe_us() if self._probe else None))
 
     def _loop(self) -> None:
         while not self._stop.wait(self._period):
@@ -125,13 +154,14 @@ class GpuSampler:
             inside = [min(self.samples, key=lambda x: abs(x[0] - (t0 + t1) / 2))]
 
         def med(i):
-            v = sorted(x[i] for x in inside)
-            return v[len(v) // 2]
+            v = sorted(x[i] for x in inside if x[i] is not None)
+            return v[len(v) // 2] if v else None
 
+        clocks = [x[1] for x in inside if x[1] is not None]
         reasons = [x[5] for x in inside if x[5] is not None]
-        out = {"gpu_sm_clock_mhz": med(1), "gpu_sm_clock_min_mhz": min(x[1] for x in inside),
+        out = {"gpu_sm_clock_mhz": med(1), "gpu_sm_clock_min_mhz": min(clocks) if clocks else None,
                "gpu_mem_clock_mhz": med(2), "gpu_power_w": med(3), "gpu_temp_c": med(4),
-               "gpu_throttle_reasons": None}
+               "gpu_throttle_reasons": None, "gpu_util_pct": med(6), "host_probe_us": med(7)}
         if reasons:
             acc = 0
             for r in reasons:
@@ -143,6 +173,64 @@ class GpuSampler:
 
     def close(self) -> None:
         self._stop.set()
+
+
+class HostCounters:
+    """The host's side of a repeat, from /proc (Linux; None elsewhere): the share of the
+    machine's CPU time that was busy and that the hypervisor took for others (steal), and
+    the CPU seconds this process and its descendants (vLLM's engine core) used."""
+
+    COLUMNS = ("host_busy_pct", "host_steal_pct", "engine_cpu_s")
+
+    @staticmethod
+    def _stat() -> tuple[int, int, int] | None:
+        """(busy, steal, total) jiffies of all CPUs, from the first line of /proc/stat."""
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        user, nice, system, idle, iowait, irq, softirq, steal = (v + [0] * 8)[:8]
+        return (user + nice + system + irq + softirq, steal,
+                user + nice + system + idle + iowait + irq + softirq + steal)
+
+    @staticmethod
+    def _cpu_s() -> float | None:
+        """CPU seconds (user + system) of this process and every descendant, from /proc."""
+        try:
+            parent, times = {}, {}
+            for d in os.listdir("/proc"):
+                if not d.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        rest = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                parent[int(d)] = int(rest[1])
+                times[int(d)] = int(rest[11]) + int(rest[12])
+        except OSError:
+            return None
+        me, keep, grew = os.getpid(), {os.getpid()}, True
+        while grew:
+            more = {p for p, pp in parent.items() if pp in keep and p not in keep}
+            keep |= more
+            grew = bool(more)
+        return sum(times.get(p, 0) for p in keep) / os.sysconf("SC_CLK_TCK") if me in times else None
+
+    def begin(self) -> None:
+        self._t = (self._stat(), self._cpu_s())
+
+    def end(self) -> dict:
+        (s0, c0), s1, c1 = self._t, self._stat(), self._cpu_s()
+        out = {c: None for c in self.COLUMNS}
+        if s0 and s1 and s1[2] > s0[2]:
+            total = s1[2] - s0[2]
+            out["host_busy_pct"] = 100.0 * (s1[0] - s0[0]) / total
+            out["host_steal_pct"] = 100.0 * (s1[1] - s0[1]) / total
+        if c0 is not None and c1 is not None:
+            out["engine_cpu_s"] = c1 - c0
+        return out
 
 
 def _reset_peak(worker) -> None:
@@ -453,7 +541,8 @@ def main(spec_file: str) -> int:
     kv_bytes = kv_cache_bytes(llm) or tensor_bytes
     emit("engine_ready", engine_start_s=engine_start_s, engine_core=core, **facts)
     memory = PeakMemory(llm)
-    gpu = GpuSampler(profile.hardware.kind == "cuda")
+    gpu = GpuSampler(profile.hardware.kind == "cuda", probe=core == "default")
+    host = HostCounters()
     speculative = spec["speculative_config"] is not None
     sampling = spec["sampling"]
     prompt_cache: dict[str, list] = {}
@@ -488,6 +577,7 @@ def main(spec_file: str) -> int:
         set_rates(run)
         memory.reset()
         before = metrics_snapshot(llm)
+        host.begin()
         t_start = time.perf_counter()
         wall, outs = 0.0, []
         for _ in range(run.passes):
@@ -495,6 +585,7 @@ def main(spec_file: str) -> int:
             wall += w
             outs.extend(o)
         t_end = time.perf_counter()
+        host_stamps = host.end()
         after = metrics_snapshot(llm)
         n_out = sum(len(r.outputs[0].token_ids) for _, _, r in outs)
         n_prompt = sum(len(r.prompt_token_ids or []) for _, _, r in outs)
@@ -514,7 +605,7 @@ def main(spec_file: str) -> int:
             "synthetic_rates": run.rates,
             **facts,
             "attempt": attempt, "passes": run.passes, "engine_core": core,
-            **gpu.window(t_start, t_end),
+            **gpu.window(t_start, t_end), **host_stamps, "gpu_uuid": gpu.uuid,
             "lease_id": lease, "panel_phase": run.panel_phase,
         }
         steps = engine_steps(row, speculative, b)
