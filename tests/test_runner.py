@@ -32,6 +32,9 @@ FAKE_WORKER = textwrap.dedent('''
 
     class FakeLLM:
         def __init__(self, spec_cfg):
+            if os.environ.get("FAKE_AFFINITY_FILE"):  # what the engine was started with
+                open(os.environ["FAKE_AFFINITY_FILE"], "w").write(
+                    ",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
             self.k = (spec_cfg or {}).get("num_speculative_tokens", 0)
             self.drafts = 0
             rates = (spec_cfg or {}).get("synthetic_acceptance_rates")
@@ -386,11 +389,23 @@ def test_host_counters_count_the_engine_core_process():
         h.begin()
         time.sleep(1.0)
         got = h.end()
+        vcpu = HostCounters.vcpu(child.pid)
     finally:
         child.kill()
         child.wait()
     assert 0.5 <= got["engine_cpu_s"] <= 1.5
     assert got["host_busy_pct"] > 0
+    # the busiest process is the spinning child: the sampler reads its vCPU
+    assert h.busiest == child.pid and isinstance(vcpu, int) and vcpu >= 0
+
+
+def test_cpu_affinity_pins_the_engine(setup, monkeypatch, tmp_path):
+    """A placement control: SPECDEC_CPU_AFFINITY keeps the engine on the vCPUs named."""
+    monkeypatch.setenv("SPECDEC_CPU_AFFINITY", "0")
+    monkeypatch.setenv("FAKE_AFFINITY_FILE", str(tmp_path / "affinity"))
+    res = _run(setup, experiments=["a"])
+    assert res["ok"] and not res["failed"]
+    assert (tmp_path / "affinity").read_text() == "0"
 
 
 def test_protocol2_panel_is_stored_apart_and_its_engines_come_first(setup, capsys):

@@ -71,6 +71,9 @@ host_steal_pct              share of the machine's CPU time the hypervisor gave 
 engine_cpu_s                CPU seconds of the measuring process and its descendants (vLLM's
                             engine core) over the repeat
 gpu_uuid                    the GPU's UUID (NVML): which physical GPU, hence which host, measured
+engine_vcpu                 the vCPU the engine's busiest process (vLLM's engine core) ran on most
+                            over the repeat (sampled with the GPU stamps; from its second repeat)
+engine_vcpu_share           the share of those samples on that vCPU (1: it did not move)
 lease_id                    the device lease that measured the row ($SPECDEC_LEASE), if any
 panel_phase                 "start" or "end" for a lease's control-panel rows (issue 19), else null
 provenance columns          see provenance.PROVENANCE_COLUMNS
@@ -174,6 +177,8 @@ RUNS_SCHEMA = pa.schema(
         pa.field("host_steal_pct", pa.float64()),
         pa.field("engine_cpu_s", pa.float64()),
         pa.field("gpu_uuid", pa.string()),
+        pa.field("engine_vcpu", pa.int64()),
+        pa.field("engine_vcpu_share", pa.float64()),
         pa.field("lease_id", pa.string()),
         pa.field("panel_phase", pa.string()),
     ]
@@ -193,7 +198,7 @@ ADDED_COLUMNS = frozenset({"acceptance_alpha", "synthetic_rates", "model_runner"
                            "gpu_throttle_reasons", "lease_id", "panel_phase",
                            # the host's side of a repeat (issue 19, lease 8)
                            "gpu_util_pct", "host_probe_us", "host_busy_pct", "host_steal_pct",
-                           "engine_cpu_s", "gpu_uuid"})
+                           "engine_cpu_s", "gpu_uuid", "engine_vcpu", "engine_vcpu_share"})
 
 TOKENS_SCHEMA = pa.schema(
     _IDENTITY_FIELDS

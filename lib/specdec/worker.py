@@ -69,14 +69,17 @@ class GpuSampler:
     would take a core from the engine, and beside an in-process core the GIL."""
 
     COLUMNS = ("gpu_sm_clock_mhz", "gpu_sm_clock_min_mhz", "gpu_mem_clock_mhz", "gpu_power_w",
-               "gpu_temp_c", "gpu_throttle_reasons", "gpu_util_pct", "host_probe_us")
+               "gpu_temp_c", "gpu_throttle_reasons", "gpu_util_pct", "host_probe_us",
+               "engine_vcpu", "engine_vcpu_share")
     #: Iterations of the CPU probe: about 1 ms of pure Python on a 2026 server core.
     PROBE_N = 20_000
 
-    def __init__(self, cuda: bool, period_s: float = 0.2, probe: bool = True):
+    def __init__(self, cuda: bool, period_s: float = 0.2, probe: bool = True,
+                 host: "HostCounters | None" = None):
         import threading
 
         self.samples: list[tuple] = []
+        self._host = host
         self.uuid: str | None = None
         self._probe = probe
         self._stop = threading.Event()
@@ -134,7 +137,9 @@ class GpuSampler:
                    float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
                    n.nvmlDeviceGetPowerUsage(h) / 1000.0,
                    float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)), reasons, util)
-        self.samples.append((time.perf_counter(), *gpu, self.probe_us() if self._probe else None))
+        busiest = self._host.busiest if self._host is not None else None
+        self.samples.append((time.perf_counter(), *gpu, self.probe_us() if self._probe else None,
+                             HostCounters.vcpu(busiest) if busiest else None))
 
     def _loop(self) -> None:
         while not self._stop.wait(self._period):
@@ -161,7 +166,12 @@ class GpuSampler:
         reasons = [x[5] for x in inside if x[5] is not None]
         out = {"gpu_sm_clock_mhz": med(1), "gpu_sm_clock_min_mhz": min(clocks) if clocks else None,
                "gpu_mem_clock_mhz": med(2), "gpu_power_w": med(3), "gpu_temp_c": med(4),
-               "gpu_throttle_reasons": None, "gpu_util_pct": med(6), "host_probe_us": med(7)}
+               "gpu_throttle_reasons": None, "gpu_util_pct": med(6), "host_probe_us": med(7),
+               "engine_vcpu": None, "engine_vcpu_share": None}
+        vcpus = [x[8] for x in inside if x[8] is not None]
+        if vcpus:
+            mode = max(set(vcpus), key=vcpus.count)
+            out["engine_vcpu"], out["engine_vcpu_share"] = mode, vcpus.count(mode) / len(vcpus)
         if reasons:
             acc = 0
             for r in reasons:
@@ -182,6 +192,11 @@ class HostCounters:
 
     COLUMNS = ("host_busy_pct", "host_steal_pct", "engine_cpu_s")
 
+    def __init__(self):
+        #: The busiest process of the engine in the last repeat (vLLM's engine core, or this
+        #: process where the core runs in it): whose vCPU the sampler reads.
+        self.busiest: int | None = None
+
     @staticmethod
     def _stat() -> tuple[int, int, int] | None:
         """(busy, steal, total) jiffies of all CPUs, from the first line of /proc/stat."""
@@ -195,8 +210,17 @@ class HostCounters:
                 user + nice + system + idle + iowait + irq + softirq + steal)
 
     @staticmethod
-    def _cpu_s() -> float | None:
-        """CPU seconds (user + system) of this process and every descendant, from /proc."""
+    def vcpu(pid: int) -> int | None:
+        """The vCPU a process's main thread last ran on (/proc/PID/stat, field 39)."""
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return int(f.read().rsplit(")", 1)[1].split()[36])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    @staticmethod
+    def _cpu_s() -> dict[int, int] | None:
+        """CPU ticks (user + system) of this process and every descendant, by pid, from /proc."""
         try:
             parent, times = {}, {}
             for d in os.listdir("/proc"):
@@ -216,7 +240,7 @@ class HostCounters:
             more = {p for p, pp in parent.items() if pp in keep and p not in keep}
             keep |= more
             grew = bool(more)
-        return sum(times.get(p, 0) for p in keep) / os.sysconf("SC_CLK_TCK") if me in times else None
+        return {p: times[p] for p in keep if p in times} if me in times else None
 
     def begin(self) -> None:
         self._t = (self._stat(), self._cpu_s())
@@ -229,7 +253,9 @@ class HostCounters:
             out["host_busy_pct"] = 100.0 * (s1[0] - s0[0]) / total
             out["host_steal_pct"] = 100.0 * (s1[1] - s0[1]) / total
         if c0 is not None and c1 is not None:
-            out["engine_cpu_s"] = c1 - c0
+            used = {p: t - c0.get(p, 0) for p, t in c1.items()}
+            out["engine_cpu_s"] = sum(used.values()) / os.sysconf("SC_CLK_TCK")
+            self.busiest = max(used, key=used.get)
         return out
 
 
@@ -518,6 +544,10 @@ def main(spec_file: str) -> int:
     else:
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
+    # A placement control (issue 19): SPECDEC_CPU_AFFINITY="2,3" keeps this process and
+    # every process it starts (vLLM's engine core inherits it) on those vCPUs.
+    if os.environ.get("SPECDEC_CPU_AFFINITY"):
+        os.sched_setaffinity(0, {int(c) for c in os.environ["SPECDEC_CPU_AFFINITY"].split(",")})
 
     import math
 
@@ -541,8 +571,8 @@ def main(spec_file: str) -> int:
     kv_bytes = kv_cache_bytes(llm) or tensor_bytes
     emit("engine_ready", engine_start_s=engine_start_s, engine_core=core, **facts)
     memory = PeakMemory(llm)
-    gpu = GpuSampler(profile.hardware.kind == "cuda", probe=core == "default")
     host = HostCounters()
+    gpu = GpuSampler(profile.hardware.kind == "cuda", probe=core == "default", host=host)
     speculative = spec["speculative_config"] is not None
     sampling = spec["sampling"]
     prompt_cache: dict[str, list] = {}
