@@ -98,3 +98,36 @@ def test_summarize_counts_a_cell_by_its_last_attempt():
     summary = metrics.summarize(pd.DataFrame([{**r, **extra} for r in rows]))
     assert len(summary) == 1 and summary.iloc[0]["n_repeats"] == 5
     assert summary.iloc[0]["tok_s_median"] == pytest.approx(1.0 / 0.0066)
+
+
+def test_host_bound_reads_a_step_that_waits_on_the_host():
+    """A V1 step that slows as the GPU idles is flagged by the correlation with the GPU's
+    busy share; a V2 step at full utilisation carries none, and the probe is uncorrelated."""
+    rows = []
+    for r, (step, util, probe) in enumerate([(12, 90, 1.0), (16, 70, 1.5), (20, 55, 1.0),
+                                             (14, 80, 1.5), (18, 60, 1.2)]):
+        rows += [{**_rows("draft-1b", 4, 0.8, step, 3.3, runner=V1, reps=1)[0], "repeat": r,
+                  "gpu_util_pct": util, "host_probe_us": 1000 * probe, "host_steal_pct": 0.0,
+                  "host_busy_pct": 6.5, "timestamp_utc": f"t{r}"}]
+        rows += [{**_rows("eagle3", 4, 0.8, 7.0 + 0.01 * r, 3.3, reps=1)[0], "repeat": r,
+                  "gpu_util_pct": 100.0, "host_probe_us": 1000 * probe, "host_steal_pct": 0.0,
+                  "host_busy_pct": 5.0, "timestamp_utc": f"t{r}"}]
+    reps = protocol.repeats(pd.DataFrame(rows))
+    hb = protocol.host_bound(reps).set_index("method")
+    assert hb.loc["draft-1b", "r_gpu_util"] < -0.95
+    assert abs(hb.loc["draft-1b", "r_probe"]) < 0.5
+    assert pd.isna(hb.loc["eagle3", "r_gpu_util"]) and hb.loc["eagle3", "gpu_util_pct"] == 100.0
+    assert hb.loc["draft-1b", "step_range"] == pytest.approx((20 - 12) / 16)
+
+
+def test_controls_pair_each_pin_with_its_own_baseline():
+    rows = (_rows("baseline", 0, None, 6.0, 1.0) + _rows("baseline-v1", 0, None, 6.0, 1.0, runner=V1)
+            + _rows("baseline-v1-inproc", 0, None, 6.1, 1.0, runner=V1, core="inproc")
+            + _rows("eagle3", 4, 0.8, 7.0, 3.36) + _rows("eagle3-v1", 4, 0.8, 7.3, 3.36, runner=V1)
+            + _rows("eagle3-v1-inproc", 4, 0.8, 8.2, 3.36, runner=V1, core="inproc")
+            + _rows("eagle3", 4, 0.5, 7.0, 1.9))
+    ctrl = protocol.controls(protocol.speedups(protocol.cells(pd.DataFrame(rows))))
+    assert list(ctrl["method"]) == ["eagle3", "eagle3-v1", "eagle3-v1-inproc"]  # not alpha 0.5
+    assert list(ctrl["baseline_method"]) == ["baseline", "baseline-v1", "baseline-v1-inproc"]
+    e = theory.expected_tokens_per_step(0.8, 4)
+    assert ctrl["speedup_cost"].tolist() == pytest.approx([e * 6 / 7.0, e * 6 / 7.3, e * 6.1 / 8.2])

@@ -202,3 +202,36 @@ def stability_by_method(cells: pd.DataFrame, threshold: float = 0.03,
     axes[0].set_yticks(range(len(order)), order, fontsize="small")
     fig.supxlabel(plots.caption(cells), fontsize="small", color="0.25")
     return fig
+
+
+def host_bound_chart(reps: pd.DataFrame,
+                     title: str = "Does the step wait on the host?") -> Figure:
+    """Each timed repeat's step time relative to its cell's median against the GPU's busy
+    share over the repeat (NVML) and against the CPU probe beside the engine, one colour per
+    method and runner: a step that waits on the host slows as the GPU idles."""
+    plots.set_theme()
+    fig = Figure(figsize=(8.0, 3.8), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    fig.suptitle(title)
+    d = reps.dropna(subset=["gpu_util_pct"]) if reps is not None and len(reps) else None
+    if d is None or d.empty:
+        plots._no_data(axes[0], "no repeat carries the host's stamps yet")
+        return fig
+    d = d.assign(who=d["method"] + " (" + d["runner"].fillna("?") + ")")
+    palette = plots.method_palette(sorted(set(d["method"])))
+    for who, g in d.groupby("who"):
+        style = dict(s=18, alpha=0.7, color=palette[g["method"].iloc[0]],
+                     marker="o" if g["runner"].iloc[0] == "V2" else "^", label=who)
+        axes[0].scatter(g["gpu_util_pct"], 100.0 * g["step_rel"], **style)
+        p = g.dropna(subset=["host_probe_us"])
+        if len(p):
+            axes[1].scatter(p["host_probe_us"] / 1000.0, 100.0 * p["step_rel"], **style)
+    axes[0].set_xlabel("GPU busy (NVML, %)")
+    axes[1].set_xlabel("CPU probe beside the engine (ms)")
+    axes[0].set_ylabel("step time: % from its cell's median")
+    for ax in axes:
+        ax.axhspan(-3, 3, color="0.9", zorder=0)
+        ax.axhline(0, color="0.4", linewidth=0.8)
+    fig.supxlabel(plots.caption(d), fontsize="small", color="0.25")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize="x-small")
+    return fig

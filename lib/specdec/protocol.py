@@ -315,39 +315,18 @@ def answer(profile: str, published: pd.DataFrame, results_root: Path | None = No
     """:func:`answer_table` of a protocol-2 campaign from its stored rows and panels, at the
     ``published`` acceptance (:func:`specdec.claims.published.table`): the table the protocol
     chapter and the conclusions open with; None where the campaign has no rows."""
+    from .profiles import load_profile
+
     runs = store.load_runs(profile, results_root)
     if runs.empty:
         return None
+    # What users run: a method that pins a setting (its own env) is a control, not an answer.
+    pinned = {m.name for m in load_profile(profile).methods if m.env and m.speculative}
+    runs = runs[~runs["method"].isin(pinned)]
     panel_runs = load_panels(profile, panels)
     spread = (method_spread(panel_table(cells(panel_runs))) if len(panel_runs)
               else pd.Series(dtype=float))
     return answer_table(speedups(cells(runs)), spread, published, **table_args)
-
-
-def old_vs_new(old_summary: pd.DataFrame, new_cells: pd.DataFrame,
-               cells: Sequence[tuple[str, int, float | None, int]]) -> pd.DataFrame:
-    """The same configurations (method, K, set alpha, batch) in the superseded rows
-    (:func:`specdec.metrics.summarize` of ``h200-surface``: V1 pinned, in-process engine
-    core, 128 output tokens, 3 repeats) and under protocol 2 (vLLM's defaults)."""
-    rows = []
-    new = new_cells[new_cells["panel_phase"].isna()]
-    for method, k, alpha, batch in cells:
-        def pick(df, tok):
-            m = (df["method"] == method) & (df["num_speculative_tokens"] == k) & (df["batch_size"] == batch)
-            m &= df["acceptance_alpha"].isna() if alpha is None else (df["acceptance_alpha"] == alpha)
-            return df[m & (df["workload"] == "repeat")][tok]
-        o, n = pick(old_summary, "tok_s_median"), pick(new, "tok_s")
-        ocv, ncv = pick(old_summary, "tok_s_cv"), pick(new, "tok_s_cv")
-        runner = pick(new, "runner")
-        rows.append({"method": method, "K": k, "α": alpha, "batch": batch,
-                     "old tok/s": float(o.iloc[0]) if len(o) else np.nan,
-                     "old CV": float(ocv.iloc[0]) if len(ocv) else np.nan,
-                     "new tok/s": float(n.iloc[0]) if len(n) else np.nan,
-                     "new CV": float(ncv.iloc[0]) if len(ncv) else np.nan,
-                     "new runner": runner.iloc[0] if len(runner) else None})
-    out = pd.DataFrame(rows)
-    out["new / old"] = out["new tok/s"] / out["old tok/s"]
-    return out
 
 
 def host_evidence(runs: pd.DataFrame) -> dict:
@@ -369,6 +348,93 @@ def host_evidence(runs: pd.DataFrame) -> dict:
         "b64_power_cap_share": float(((reasons & 0x4) > 0).mean()) if len(reasons) else np.nan,
         "b64_power_w": float(big["gpu_power_w"].max()) if len(big) else np.nan,
     }
+
+
+def repeats(runs: pd.DataFrame, panel_runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every timed repeat of the campaign and its panels once (a panel cell measured in an
+    engine for the profile is stored twice), with its runner and its step time relative to
+    the median of its cell's attempt: the rows the host evidence reads."""
+    d = pd.concat([runs, panel_runs], ignore_index=True) if panel_runs is not None else runs
+    d = d[d["status"] == "ok"].drop_duplicates(["cell_id", "lease_id", "attempt", "repeat",
+                                                "timestamp_utc"])
+    d = d.assign(runner=[runner_label(m) for m in d["model_runner"]],
+                 step_ms=pd.to_numeric(d["step_ms"], errors="coerce"))
+    med = d.groupby(["cell_id", "lease_id", "panel_phase", "attempt"], dropna=False)["step_ms"]
+    return d.assign(step_rel=d["step_ms"] / med.transform("median") - 1.0)
+
+
+def host_bound(reps: pd.DataFrame) -> pd.DataFrame:
+    """Is a method's step waiting on the host? Per method and runner, over the repeats that
+    carry the host's stamps (lease 8 on): the median GPU utilisation, the spread of the step
+    time within cells (median absolute deviation from the cell's median), and how the step
+    time follows the GPU's idle share, the CPU probe beside the engine and the hypervisor's
+    steal (Pearson's r of the step time, relative to its cell, against each)."""
+    d = reps.dropna(subset=["gpu_util_pct"])
+    rows = []
+    for (method, runner), g in d.groupby(["method", "runner"]):
+        def r(col):
+            v = g[["step_rel", col]].dropna()
+            if len(v) < 5 or v[col].std() == 0 or v["step_rel"].std() == 0:
+                return np.nan
+            return float(np.corrcoef(v["step_rel"], v[col])[0, 1])
+        rows.append({"method": method, "runner": runner, "repeats": len(g),
+                     "gpu_util_pct": stats.median(g["gpu_util_pct"]),
+                     "gpu_util_min_pct": float(g["gpu_util_pct"].min()),
+                     "step_spread": stats.median(g["step_rel"].abs()),
+                     "step_range": float(g["step_rel"].max() - g["step_rel"].min()),
+                     "r_gpu_util": r("gpu_util_pct"), "r_probe": r("host_probe_us"),
+                     "r_steal": r("host_steal_pct"),
+                     "steal_max_pct": float(g["host_steal_pct"].max()),
+                     "busy_pct": stats.median(g["host_busy_pct"])})
+    return pd.DataFrame(rows)
+
+
+#: The configurations the runner and engine-core controls compare (issue 19): EAGLE-3 on its
+#: default runner (V2) and pinned to V1, with vLLM's engine core and in-process, and the 1B
+#: draft (V1 by default) with either core.
+CONTROLS = {"eagle3": ("V2", "default"), "eagle3-v1": ("V1", "default"),
+            "eagle3-v1-inproc": ("V1", "inproc"), "draft-1b": ("V1", "default"),
+            "draft-1b-inproc": ("V1", "inproc")}
+
+
+def controls(speedup_df: pd.DataFrame, k: int = 4, batches: Sequence[int] = (1, 16)) -> pd.DataFrame:
+    """What the runner pin and the in-process engine core change: each control beside the
+    default, at the same K, set acceptance and batch, each paired with the baseline of its own
+    runner and core; the speedup from cost and the step time with its CV, and the lease."""
+    d = speedup_df[speedup_df["method"].isin(CONTROLS) & (speedup_df["num_speculative_tokens"] == k)
+                   & speedup_df["batch_size"].isin(batches)]
+    keys = d[d["method"].str.contains("-v1|-inproc")][["acceptance_alpha", "batch_size"]].drop_duplicates()
+    d = d.merge(keys, on=["acceptance_alpha", "batch_size"])
+    cols = ["method", "runner", "engine_core", "batch_size", "acceptance_alpha", "baseline_method",
+            "step_ms", "step_ms_cv", "speedup_cost", "speedup_cost_ci_low", "speedup_cost_ci_high",
+            "lease_id"]
+    order = {m: i for i, m in enumerate(CONTROLS)}
+    return (d.assign(_o=d["method"].map(order))
+            .sort_values(["acceptance_alpha", "batch_size", "_o"])[cols].reset_index(drop=True))
+
+
+def old_rows_explained(old_summary: pd.DataFrame, new_cells: pd.DataFrame,
+                       configs: Sequence[tuple[str, dict[str, str], int, float | None, int]]) -> pd.DataFrame:
+    """The superseded figure of a configuration (``h200-surface``: V1 pinned, in-process core,
+    128 output tokens) beside the same configuration measured under protocol 2 one setting at
+    a time back to vLLM's defaults: with the old harness's runner and core (long cells only),
+    then vLLM's engine core, then the default runner. ``configs``: (old method, {setting:
+    protocol-2 method}, K, set alpha, batch) with settings "V1, in-process", "V1, default core",
+    "V2, default core"."""
+    new = new_cells[new_cells["panel_phase"].isna()]
+    rows = []
+    for old_method, steps, k, alpha, batch in configs:
+        def pick(df, method, col):
+            m = (df["method"] == method) & (df["num_speculative_tokens"] == k) & (df["batch_size"] == batch)
+            m &= df["acceptance_alpha"].isna() if alpha is None else (df["acceptance_alpha"] == alpha)
+            v = df[m & (df["workload"] == "repeat")][col]
+            return float(v.iloc[0]) if len(v) else np.nan
+        row = {"method": old_method, "K": k, "α": alpha, "batch": batch,
+               "old rows": pick(old_summary, old_method, "tok_s_median")}
+        for setting, method in steps.items():
+            row[setting] = pick(new, method, "tok_s")
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------- #

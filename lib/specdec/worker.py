@@ -73,8 +73,10 @@ class GpuSampler:
                "engine_vcpu", "engine_vcpu_share")
     #: Iterations of the CPU probe: about 1 ms of pure Python on a 2026 server core.
     PROBE_N = 20_000
+    #: Seconds between two samples.
+    PERIOD_S = 0.2
 
-    def __init__(self, cuda: bool, period_s: float = 0.2, probe: bool = True,
+    def __init__(self, cuda: bool, period_s: float = PERIOD_S, probe: bool = True,
                  host: "HostCounters | None" = None):
         import threading
 
