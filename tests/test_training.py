@@ -360,3 +360,27 @@ def test_the_retraining_is_measured_like_the_recorded_training():
         assert set(exp.temperatures) <= set(same.temperatures), exp.name
         for field in ("num_speculative_tokens", "batch_sizes", "workloads"):
             assert getattr(exp, field) == getattr(same, field), (exp.name, field)
+
+
+def test_feature_cache_computes_a_batch_seen_again_once():
+    """Target.features with a cache: the same batch (by content) is computed once, a new one
+    is computed, the oldest is dropped beyond cache_size; without a cache, every call runs."""
+    import torch
+
+    from specdec.training import train
+
+    calls = []
+    t = object.__new__(train.Target)
+    t.cache_size, t._cache = 2, {}
+    t._features = lambda ids, mask, aux=(): calls.append(ids.sum().item()) or {"h": ids * 2}
+    a, b, c = (torch.full((2, 3), v) for v in (1, 2, 3))
+    m = torch.ones(2, 3, dtype=torch.long)
+    assert torch.equal(t.features(a, m)["h"], a * 2) and torch.equal(t.features(a.clone(), m)["h"], a * 2)
+    t.features(b, m)
+    t.features(c, m)  # drops a
+    t.features(a, m)
+    assert calls == [6, 12, 18, 6]
+    t.cache_size = 0
+    t.features(a, m)
+    t.features(a, m)
+    assert calls[-2:] == [6, 6]

@@ -105,11 +105,13 @@ def tiny(out: Path, prompts: int = 4, max_tokens: int = 16, steps: int = 3,
                  "log_every": 1, "val_sequences": 1, "warmup_steps": 5 if memorize else 1,
                  **({"lr": 3e-3} if memorize and r["kind"] != "draft" else {})}
              for n, r in RECIPES.items()}
-    res = {}
-    for n in names or RECIPES:
-        k = head_steps if (head_steps and small[n]["kind"] != "draft") else steps
-        res.update(train.train_all([n], str(target), dpath, out, max_steps=k,
-                                   recipes={n: {**small[n], "time_budget_s": 0}}))
+    names = list(names or RECIPES)
+    caps = {n: head_steps if (head_steps and small[n]["kind"] != "draft") else steps for n in names}
+    # one target for every artifact; a memorised set is a few batches seen every step, whose
+    # target features are computed once
+    res = train.train_all(names, str(target), dpath, out, max_steps=caps,
+                          recipes={n: {**small[n], "time_budget_s": 0} for n in names},
+                          feature_cache=8 if memorize else 0)
     for n, m in res.items():
         if "error" not in m and m["kind"] == "medusa":
             artifacts.medusa_variants(n, MEDUSA_KS, out)

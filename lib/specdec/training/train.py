@@ -40,10 +40,14 @@ def device() -> torch.device:
 class Target:
     """The frozen target (HF transformers, float32) and what the heads need from it."""
 
-    def __init__(self, path: str, dev: torch.device):
+    def __init__(self, path: str, dev: torch.device, cache_size: int = 0):
         from transformers import AutoModelForCausalLM
 
         self.path = path
+        #: The target's features of the last ``cache_size`` distinct batches (content-keyed):
+        #: the target is frozen, so a batch seen again (a small set trained many steps, its
+        #: validation batch every step) gives the same features without another forward.
+        self.cache_size, self._cache = cache_size, {}
         self.cfg = json.loads((Path(path) / "config.json").read_text())
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(dev).eval()
         for p in self.model.parameters():
@@ -53,6 +57,19 @@ class Target:
 
     @torch.no_grad()
     def features(self, ids, mask, aux_layers=()):
+        if self.cache_size:
+            import hashlib
+
+            key = (hashlib.sha256(ids.cpu().numpy().tobytes() + mask.cpu().numpy().tobytes()).hexdigest(),
+                   tuple(ids.shape), tuple(aux_layers))
+            if key not in self._cache:
+                if len(self._cache) >= self.cache_size:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = self._features(ids, mask, aux_layers)
+            return self._cache[key]
+        return self._features(ids, mask, aux_layers)
+
+    def _features(self, ids, mask, aux_layers=()):
         # The target runs in float32 (TF32 matmuls on CUDA), outside the heads' bf16 autocast.
         with torch.autocast(ids.device.type, enabled=False):
             out = self.model.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
@@ -341,15 +358,17 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
 
 
 def train_all(names, target_path: str, data_path: Path, out_root: Path,
-              max_steps: int | None = None, time_scale: float = 1.0, deadline: float | None = None,
-              recipes: dict | None = None) -> dict:
+              max_steps: int | dict | None = None, time_scale: float = 1.0,
+              deadline: float | None = None, recipes: dict | None = None,
+              feature_cache: int = 0) -> dict:
     """Train the named artifacts in order; ``deadline`` (time.time()) scales budgets down
-    so that the last one still finishes; returns {name: manifest or error}."""
+    so that the last one still finishes; returns {name: manifest or error}. ``max_steps``:
+    one cap for all, or one per name; ``feature_cache``: :class:`Target`'s ``cache_size``."""
     from .recipes import RECIPES
 
     recipes = recipes or RECIPES
     seqs, digest = data_mod.load_sequences(data_path)
-    target = Target(target_path, device())
+    target = Target(target_path, device(), cache_size=feature_cache)
     done = {}
     for i, name in enumerate(names):
         r = recipes[name]
@@ -360,7 +379,8 @@ def train_all(names, target_path: str, data_path: Path, out_root: Path,
             budget = max(5.0, min(budget, budget * left / max(rest, 1e-9) - 10))
         t0 = time.time()
         try:
-            done[name] = train(name, r, target, seqs, digest, out_root / name, max_steps, budget)
+            cap = max_steps.get(name) if isinstance(max_steps, dict) else max_steps
+            done[name] = train(name, r, target, seqs, digest, out_root / name, cap, budget)
             print(f"[train] {name}: {done[name]['run']['steps']} steps in "
                   f"{time.time() - t0:.0f}s, eval {done[name]['run']['final_eval']}", flush=True)
         except Exception as e:  # noqa: BLE001 - one failed artifact must not lose the others
