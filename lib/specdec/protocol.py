@@ -41,15 +41,6 @@ RUNNER_NAMES = {"vllm.v1.worker.gpu.model_runner.GPUModelRunner": "V2",
                 "vllm.v1.worker.gpu_model_runner.GPUModelRunner": "V1"}
 
 
-#: The host's side of a repeat (worker.GpuSampler, worker.HostCounters), null in older rows.
-HOST_STAMPS = ("gpu_util_pct", "host_probe_us", "host_busy_pct", "host_steal_pct")
-
-
-def _median_of(g: pd.DataFrame, column: str) -> float:
-    """Median of a numeric column over a cell's repeats; NaN where the rows lack it."""
-    return stats.median(pd.to_numeric(g[column], errors="coerce")) if column in g else float("nan")
-
-
 def runner_label(model_runner) -> str | None:
     """"V1" or "V2" for vLLM's GPU model runners (module path), else the class as stored."""
     if model_runner is None or (isinstance(model_runner, float) and np.isnan(model_runner)):
@@ -90,10 +81,6 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
             gpu_sm_clock_min_mhz=pd.to_numeric(g["gpu_sm_clock_min_mhz"], errors="coerce").min(),
             gpu_power_w=stats.median(pd.to_numeric(g["gpu_power_w"], errors="coerce").dropna()),
             gpu_temp_c=stats.median(pd.to_numeric(g["gpu_temp_c"], errors="coerce").dropna()),
-            **{c: _median_of(g, c) for c in HOST_STAMPS},
-            engine_cpu_ms_per_step=(stats.median(1000 * pd.to_numeric(g["engine_cpu_s"], errors="coerce")
-                                                 / pd.to_numeric(g["engine_steps"], errors="coerce"))
-                                    if "engine_cpu_s" in g else float("nan")),
             gpu_uuid=metrics._joined(g["gpu_uuid"]) if "gpu_uuid" in g else None,
             hostname=metrics._joined(g["hostname"]) if "hostname" in g else None,
             cpu_model=metrics._joined(g["cpu_model"]) if "cpu_model" in g else None,
@@ -204,7 +191,7 @@ def panel_table(panel_cells: pd.DataFrame) -> pd.DataFrame:
     time, CV and the SM clock, in time order."""
     cols = ["lease_id", "panel_phase", "method", "batch_size", "acceptance_alpha", "runner",
             "engine_core", "tok_s", "tok_s_cv", "step_ms", "step_ms_cv", "tokens_per_step",
-            "gpu_sm_clock_mhz", "gpu_power_w", "hostname", "timestamp_utc", "cell_id"]
+            "gpu_sm_clock_mhz", "gpu_power_w", "gpu_uuid", "timestamp_utc", "cell_id"]
     d = panel_cells[panel_cells["panel_phase"].notna()]
     d = d.assign(_phase=d["panel_phase"].map({"start": 0, "end": 1}))
     return d.sort_values(["lease_id", "_phase", "method", "batch_size"])[cols].reset_index(drop=True)
@@ -389,27 +376,27 @@ def host_bound(reps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-#: The configurations the runner and engine-core controls compare (issue 19): EAGLE-3 on its
-#: default runner (V2) and pinned to V1, with vLLM's engine core and in-process, and the 1B
-#: draft (V1 by default) with either core.
-CONTROLS = {"eagle3": ("V2", "default"), "eagle3-v1": ("V1", "default"),
-            "eagle3-v1-inproc": ("V1", "inproc"), "draft-1b": ("V1", "default"),
-            "draft-1b-inproc": ("V1", "inproc")}
+#: The runner and engine-core controls of ``h200-surface-v2`` (issue 19), each beside the
+#: method as users run it: EAGLE-3 on V2 (its default), pinned to V1, and on V1 with the
+#: in-process engine core; the 1B draft (V1 by default) with vLLM's core and in-process.
+CONTROLS = {"eagle3": ["eagle3-v1", "eagle3-v1-inproc"], "draft-1b": ["draft-1b-inproc"]}
 
 
 def controls(speedup_df: pd.DataFrame, k: int = 4, batches: Sequence[int] = (1, 16)) -> pd.DataFrame:
     """What the runner pin and the in-process engine core change: each control beside the
-    default, at the same K, set acceptance and batch, each paired with the baseline of its own
-    runner and core; the speedup from cost and the step time with its CV, and the lease."""
-    d = speedup_df[speedup_df["method"].isin(CONTROLS) & (speedup_df["num_speculative_tokens"] == k)
+    default, at the K, set acceptance and batch sizes the controls measured, each paired with
+    the baseline of its own runner and core; the speedup from cost and the step time with its
+    CV, and the lease."""
+    order = [m for default, pins in CONTROLS.items() for m in (default, *pins)]
+    pins = [m for p in CONTROLS.values() for m in p]
+    d = speedup_df[speedup_df["method"].isin(order) & (speedup_df["num_speculative_tokens"] == k)
                    & speedup_df["batch_size"].isin(batches)]
-    keys = d[d["method"].str.contains("-v1|-inproc")][["acceptance_alpha", "batch_size"]].drop_duplicates()
+    keys = d[d["method"].isin(pins)][["acceptance_alpha", "batch_size"]].drop_duplicates()
     d = d.merge(keys, on=["acceptance_alpha", "batch_size"])
     cols = ["method", "runner", "engine_core", "batch_size", "acceptance_alpha", "baseline_method",
             "step_ms", "step_ms_cv", "speedup_cost", "speedup_cost_ci_low", "speedup_cost_ci_high",
             "lease_id"]
-    order = {m: i for i, m in enumerate(CONTROLS)}
-    return (d.assign(_o=d["method"].map(order))
+    return (d.assign(_o=d["method"].map({m: i for i, m in enumerate(order)}))
             .sort_values(["acceptance_alpha", "batch_size", "_o"])[cols].reset_index(drop=True))
 
 

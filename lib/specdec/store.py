@@ -59,7 +59,7 @@ engine_steps                engine steps of the repeat: per request max(1 + draf
                             step together); for the baseline output tokens over batch size
 step_ms                     1000 * wall_s / engine_steps: the time of one engine step
 tokens_per_step             output tokens per request per step (realised; 1 for the baseline)
-gpu_*                       what the GPU was doing during the repeat (NVML, sampled every 100 ms):
+gpu_*                       what the GPU was doing during the repeat (NVML, sampled every 200 ms):
                             median SM clock, lowest SM clock, median memory clock, power, temperature,
                             the OR of the clock-throttle reasons seen; null on CPU
 gpu_util_pct                median NVML GPU utilisation over the repeat (share of time a kernel ran)
