@@ -66,7 +66,7 @@ gpu_util_pct                median NVML GPU utilisation over the repeat (share o
 host_probe_us               median time of a fixed piece of pure-Python work, timed every 200 ms
                             beside the engine (worker.GpuSampler): how fast the host ran host-side
                             code; null on CPU and beside an in-process engine core
-host_busy_pct               share of the machine's CPU time that was busy over the repeat (/proc/stat)
+host_busy_pct               share of the machine's CPU time that was busy over the repeat (psutil)
 host_steal_pct              share of the machine's CPU time the hypervisor gave to others (steal)
 engine_cpu_s                CPU seconds of the measuring process and its descendants (vLLM's
                             engine core) over the repeat

@@ -188,7 +188,7 @@ class GpuSampler:
 
 
 class HostCounters:
-    """The host's side of a repeat, from /proc (Linux; None elsewhere): the share of the
+    """The host's side of a repeat, through psutil (which vLLM requires): the share of the
     machine's CPU time that was busy and that the hypervisor took for others (steal), and
     the CPU seconds this process and its descendants (vLLM's engine core) used."""
 
@@ -200,49 +200,39 @@ class HostCounters:
         self.busiest: int | None = None
 
     @staticmethod
-    def _stat() -> tuple[int, int, int] | None:
-        """(busy, steal, total) jiffies of all CPUs, from the first line of /proc/stat."""
-        try:
-            with open("/proc/stat") as f:
-                v = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        user, nice, system, idle, iowait, irq, softirq, steal = (v + [0] * 8)[:8]
-        return (user + nice + system + irq + softirq, steal,
-                user + nice + system + idle + iowait + irq + softirq + steal)
+    def _stat() -> tuple[float, float, float]:
+        """(busy, steal, total) CPU seconds of all CPUs since boot."""
+        import psutil
+
+        t = psutil.cpu_times()
+        busy = t.user + t.nice + t.system + t.irq + t.softirq
+        steal = getattr(t, "steal", 0.0)
+        return busy, steal, busy + t.idle + t.iowait + steal
 
     @staticmethod
     def vcpu(pid: int) -> int | None:
-        """The vCPU a process's main thread last ran on (/proc/PID/stat, field 39)."""
+        """The vCPU a process last ran on."""
+        import psutil
+
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                return int(f.read().rsplit(")", 1)[1].split()[36])
-        except (OSError, ValueError, IndexError):
+            return psutil.Process(pid).cpu_num()
+        except psutil.Error:
             return None
 
     @staticmethod
-    def _cpu_s() -> dict[int, int] | None:
-        """CPU ticks (user + system) of this process and every descendant, by pid, from /proc."""
-        try:
-            parent, times = {}, {}
-            for d in os.listdir("/proc"):
-                if not d.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{d}/stat") as f:
-                        rest = f.read().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                parent[int(d)] = int(rest[1])
-                times[int(d)] = int(rest[11]) + int(rest[12])
-        except OSError:
-            return None
-        me, keep, grew = os.getpid(), {os.getpid()}, True
-        while grew:
-            more = {p for p, pp in parent.items() if pp in keep and p not in keep}
-            keep |= more
-            grew = bool(more)
-        return {p: times[p] for p in keep if p in times} if me in times else None
+    def _cpu_s() -> dict[int, float]:
+        """CPU seconds (user + system) of this process and every descendant, by pid."""
+        import psutil
+
+        me = psutil.Process()
+        out = {}
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                c = p.cpu_times()
+                out[p.pid] = c.user + c.system
+            except psutil.Error:  # a child that ended meanwhile
+                pass
+        return out
 
     def begin(self) -> None:
         self._t = (self._stat(), self._cpu_s())
@@ -250,14 +240,13 @@ class HostCounters:
     def end(self) -> dict:
         (s0, c0), s1, c1 = self._t, self._stat(), self._cpu_s()
         out = {c: None for c in self.COLUMNS}
-        if s0 and s1 and s1[2] > s0[2]:
+        if s1[2] > s0[2]:
             total = s1[2] - s0[2]
             out["host_busy_pct"] = 100.0 * (s1[0] - s0[0]) / total
             out["host_steal_pct"] = 100.0 * (s1[1] - s0[1]) / total
-        if c0 is not None and c1 is not None:
-            used = {p: t - c0.get(p, 0) for p, t in c1.items()}
-            out["engine_cpu_s"] = sum(used.values()) / os.sysconf("SC_CLK_TCK")
-            self.busiest = max(used, key=used.get)
+        used = {p: t - c0.get(p, 0.0) for p, t in c1.items()}
+        out["engine_cpu_s"] = sum(used.values())
+        self.busiest = max(used, key=used.get) if used else None
         return out
 
 
