@@ -449,3 +449,18 @@ def test_protocol2_engine_that_cannot_finish_is_not_started(setup):
     res = _run(setup, experiments=["a"], budget_s=100)
     assert len(res["deferred"]) == 6 and not res["ok"] and not res["failed"]
     assert not (setup["results"] / "fake").exists() or not any((setup["results"] / "fake").iterdir())
+
+
+def test_host_shares_stay_within_0_and_100_when_iowait_steps_back():
+    """Linux's iowait can step backwards between two readings: the busy share stays ≤ 100 %."""
+    from collections import namedtuple
+
+    from specdec.worker import HostCounters
+
+    T = namedtuple("T", "user nice system irq softirq idle iowait steal")
+    t0 = T(10.0, 0.0, 5.0, 0.0, 0.0, 100.0, 3.0, 0.5)
+    busy, steal = HostCounters.shares(t0, T(10.3, 0.0, 5.1, 0.0, 0.0, 100.0, 2.9, 0.5))
+    assert busy == 100.0 and steal == 0.0
+    busy, steal = HostCounters.shares(t0, T(10.2, 0.0, 5.0, 0.0, 0.0, 100.6, 3.0, 0.7))
+    assert busy == pytest.approx(20.0) and steal == pytest.approx(20.0)
+    assert HostCounters.shares(t0, t0) is None

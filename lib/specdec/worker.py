@@ -199,15 +199,29 @@ class HostCounters:
         #: process where the core runs in it): whose vCPU the sampler reads.
         self.busiest: int | None = None
 
+    #: The fields of the machine's CPU times summed as busy; idle, iowait and steal are the rest.
+    BUSY = ("user", "nice", "system", "irq", "softirq")
+
     @staticmethod
-    def _stat() -> tuple[float, float, float]:
-        """(busy, steal, total) CPU seconds of all CPUs since boot."""
+    def _stat():
+        """The machine's CPU times since boot (psutil's named tuple)."""
         import psutil
 
-        t = psutil.cpu_times()
-        busy = t.user + t.nice + t.system + t.irq + t.softirq
-        steal = getattr(t, "steal", 0.0)
-        return busy, steal, busy + t.idle + t.iowait + steal
+        return psutil.cpu_times()
+
+    @classmethod
+    def shares(cls, t0, t1) -> tuple[float, float] | None:
+        """(busy, steal) percentages of the machine's CPU time between two readings, or None when
+        no time passed. Each field's change is taken as at least 0: Linux's iowait (and idle, on
+        some kernels) can step backwards, which would put the busy share above 100 %."""
+        d = {f: max(0.0, getattr(t1, f, 0.0) - getattr(t0, f, 0.0))
+             for f in (*cls.BUSY, "idle", "iowait", "steal")}
+        busy = sum(d[f] for f in cls.BUSY)
+        total = busy + d["idle"] + d["iowait"] + d["steal"]
+        if total <= 0:
+            return None
+        # busy / (busy + rest) cannot round above 1, nor steal / total
+        return 100.0 * (busy / total), 100.0 * (d["steal"] / total)
 
     @staticmethod
     def vcpu(pid: int) -> int | None:
@@ -240,10 +254,9 @@ class HostCounters:
     def end(self) -> dict:
         (s0, c0), s1, c1 = self._t, self._stat(), self._cpu_s()
         out = {c: None for c in self.COLUMNS}
-        if s1[2] > s0[2]:
-            total = s1[2] - s0[2]
-            out["host_busy_pct"] = 100.0 * (s1[0] - s0[0]) / total
-            out["host_steal_pct"] = 100.0 * (s1[1] - s0[1]) / total
+        shares = self.shares(s0, s1)
+        if shares is not None:
+            out["host_busy_pct"], out["host_steal_pct"] = shares
         used = {p: t - c0.get(p, 0.0) for p, t in c1.items()}
         out["engine_cpu_s"] = sum(used.values())
         self.busiest = max(used, key=used.get) if used else None
