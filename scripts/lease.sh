@@ -96,6 +96,12 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
       && find "/tmp/results/$profile" -exec touch -d 2000-01-01 {} +
   fi
   echo "measure-start $(stamp) $profile $*" >> /tmp/lease.log
+  # How fast each vCPU runs the CPU probe, nothing else of ours running (issue 19): at each
+  # control panel, beside it in panels.tgz.
+  survey() { mkdir -p "/tmp/panels/${SPECDEC_LEASE:-lease}-$1" \
+    && python3 -m specdec.worker vcpu-survey > "/tmp/panels/${SPECDEC_LEASE:-lease}-$1/vcpus.json" \
+    && echo "vCPU survey ($1) written"; }
+  [ "$panel" = start ] && survey start
   first_panel=""; [ "$panel" = start ] && first_panel="--panel start"
   cellargs=""; for c in ${LEASE_CELLS:-}; do cellargs="$cellargs --cell $c"; done
   set -f  # the globs of LEASE_CELLS go to specdec as they are
@@ -113,6 +119,7 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
     first_panel=""
   done
   if [ "$panel" = end ] || { [ "$panel" = start ] && [ $# -eq 0 ]; }; then
+    [ "$panel" = end ] && survey end
     left=$(( seconds - ($(date +%s) - t0) ))
     python3 -m specdec.cli run "$profile" --panel "$panel" --results-root /tmp/results \
       --budget "$left" 2>&1 | grep --line-buffered -v "it/s\]$" | tee -a /tmp/run.log

@@ -7,6 +7,7 @@ a given batch size, so everything around the engine is exercised for real.
 import json
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import yaml
@@ -72,9 +73,14 @@ FAKE_WORKER = textwrap.dedent('''
                     M(name="vllm:spec_decode_num_accepted_tokens_per_pos",
                       values=[d] + [0] * (self.k - 1))]
 
-    worker.build_llm = lambda engine, target, spec_cfg, tok: FakeLLM(spec_cfg)
+    def fake_build(engine, target, spec_cfg, tok, engine_args=None):
+        if os.environ.get("FAKE_ENGINE_ARGS_FILE"):  # the method's own engine arguments
+            import json
+            open(os.environ["FAKE_ENGINE_ARGS_FILE"], "w").write(json.dumps(engine_args))
+        return FakeLLM(spec_cfg)
+    worker.build_llm = fake_build
     worker.engine_facts = lambda llm: {"model_runner": "FakeRunner", "model_weight_bytes": 10,
-                                       "draft_weight_bytes": 1, "kv_cache_tokens": 100, "cudagraph_mode": None,
+                                       "draft_weight_bytes": 1, "kv_cache_tokens": 100, "cudagraph_mode": None, "async_scheduling": None,
                                        "kv_cache_tensor_bytes": 1000}
     worker.sampling_params = lambda s, t, i: types.SimpleNamespace(max_tokens=s["max_tokens"])
     sys.exit(worker.main(sys.argv[1]))
@@ -406,6 +412,39 @@ def test_cpu_affinity_pins_the_engine(setup, monkeypatch, tmp_path):
     res = _run(setup, experiments=["a"])
     assert res["ok"] and not res["failed"]
     assert (tmp_path / "affinity").read_text() == "0"
+
+
+def test_method_engine_args_reach_the_engine_and_the_hash(setup, monkeypatch, tmp_path):
+    """A control that turns on an engine argument (async scheduling): the engine gets it, the
+    cell's configuration hash names it, and a method without it keeps its hash."""
+    from specdec import profiles
+
+    monkeypatch.setenv("FAKE_ENGINE_ARGS_FILE", str(tmp_path / "args"))
+    prof = profiles.load_profile(setup["profile"])
+    cell = next(c for c in profiles.expand(prof, ["a"]) if c.method == "ngram")
+    before = profiles.cell_id(prof, cell)
+    path = Path(setup["profile"])
+    doc = yaml.safe_load(path.read_text())
+    doc["methods"][1]["engine_args"] = {"async_scheduling": True}
+    path.write_text(yaml.safe_dump(doc))
+    prof2 = profiles.load_profile(setup["profile"])
+    assert profiles.cell_id(prof2, cell) != before
+    assert profiles.cell_config(prof2, cell)["engine_args"] == {"async_scheduling": True}
+    res = _run(setup, experiments=["a"])
+    assert res["ok"] and not res["failed"]
+    assert json.loads((tmp_path / "args").read_text()) == {"async_scheduling": True}
+
+
+def test_vcpu_survey_times_every_vcpu_and_restores_the_affinity():
+    import os
+
+    from specdec.worker import vcpu_survey
+
+    before = os.sched_getaffinity(0)
+    got = vcpu_survey(rounds=2, reps=3)
+    assert os.sched_getaffinity(0) == before
+    assert [v["vcpu"] for v in got["vcpus"]] == sorted(before)
+    assert all(len(v["probe_us"]) == 2 and min(v["probe_us"]) > 0 for v in got["vcpus"])
 
 
 def test_protocol2_panel_is_stored_apart_and_its_engines_come_first(setup, capsys):

@@ -286,3 +286,15 @@ def test_unknown_profile_key(tmp_path):
     f.write_text(yaml.safe_dump(d))
     with pytest.raises(ProfileError, match=r"t\.yaml: engine\.gpu_mem: unknown key"):
         load_profile(f)
+
+
+def test_engine_args_may_not_override_the_harness():
+    doc = copy.deepcopy(BASE)
+    doc["methods"][1]["engine_args"] = {"max_model_len": 64}
+    with pytest.raises(ValidationError, match=r"methods\[1\]\.engine_args\.max_model_len"):
+        preflight(profile_from_dict(doc))
+    doc["methods"][1]["engine_args"] = {"async_scheduling": True}
+    preflight(profile_from_dict(doc))
+    doc["methods"][1]["engine_args"] = {"async_scheduling": [1]}
+    with pytest.raises(ProfileError):
+        profile_from_dict(doc)

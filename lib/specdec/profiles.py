@@ -171,6 +171,10 @@ class Method(_Schema):
     #: Environment variables of this method's engines on top of ``engine.env``: a pinned
     #: setting shown beside vLLM's default (e.g. ``VLLM_USE_V2_MODEL_RUNNER: "0"``).
     env: dict[str, str] = {}
+    #: Engine arguments of this method's engines on top of ``engine`` (``LLM(**engine_args)``,
+    #: e.g. ``async_scheduling: true``): a setting vLLM leaves off by default, measured as a
+    #: control beside the default. Keys the profile's ``engine`` already sets are refused.
+    engine_args: dict[str, bool | int | float | str] = {}
 
 
 class TextOptions(TypedDict, total=False):
@@ -527,6 +531,7 @@ def cell_config(profile: Profile, cell: Cell) -> dict[str, Any]:
         "warmup": profile.warmup,
         # Only where set, so that the cells stored before these fields keep their hash.
         **({"method_env": dict(m.env)} if m.env else {}),
+        **({"engine_args": dict(m.engine_args)} if m.engine_args else {}),
         **({"protocol": profile.protocol.model_dump()} if profile.protocol != Protocol() else {}),
     }
 

@@ -220,6 +220,7 @@ def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int, bool]
         "profile_path": str(profile_path),
         "results_root": str(results_root) if results_root else None,
         "engine": profile.engine.model_dump(),
+        "engine_args": dict(m.engine_args),
         "env": profiles.engine_env(profile, method),
         "engine_core": profile.protocol.engine_core,
         "deadline": deadline,

@@ -48,6 +48,8 @@ draft_weight_bytes          bytes the draft or heads add (shared tensors counted
 kv_cache_tokens             tokens the KV cache holds (blocks x block size)
 cudagraph_mode              the CUDA graph mode the engine ran with, after vLLM's own overrides
                             (dynamic K forces PIECEWISE on the V1 runner); null on CPU or older rows
+async_scheduling            whether vLLM scheduled the next step while the GPU ran this one (its
+                            default is off for draft_model, Medusa and ngram); null in older rows
 attempt                     0; 1 for the repeats of a cell measured again because its CV was high
                             (protocol 2: readers take a cell's last attempt)
 passes                      workload passes in the repeat (protocol 2: as many as make it last
@@ -158,6 +160,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("draft_weight_bytes", pa.int64()),
         pa.field("kv_cache_tokens", pa.int64()),
         pa.field("cudagraph_mode", pa.string()),
+        pa.field("async_scheduling", pa.bool_()),
         # Measuring protocol 2 (issue 19); null in rows measured before it.
         pa.field("attempt", pa.int64()),
         pa.field("passes", pa.int64()),
@@ -198,7 +201,9 @@ ADDED_COLUMNS = frozenset({"acceptance_alpha", "synthetic_rates", "model_runner"
                            "gpu_throttle_reasons", "lease_id", "panel_phase",
                            # the host's side of a repeat (issue 19, lease 8)
                            "gpu_util_pct", "host_probe_us", "host_busy_pct", "host_steal_pct",
-                           "engine_cpu_s", "gpu_uuid", "engine_vcpu", "engine_vcpu_share"})
+                           "engine_cpu_s", "gpu_uuid", "engine_vcpu", "engine_vcpu_share",
+                           # what the async-control shows (lease 9)
+                           "async_scheduling"})
 
 TOKENS_SCHEMA = pa.schema(
     _IDENTITY_FIELDS

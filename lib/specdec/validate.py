@@ -138,6 +138,36 @@ def _check_speculative_keys(profile: Profile, schema: SpecSchema | None) -> None
                 f"{', '.join(sorted(schema.methods))}"))
 
 
+#: ``LLM`` arguments the harness sets itself (``worker.build_llm``): a method may not override them.
+HARNESS_ENGINE_ARGS = frozenset({
+    "model", "tokenizer", "dtype", "max_model_len", "enforce_eager", "tensor_parallel_size",
+    "load_format", "skip_tokenizer_init", "seed", "speculative_config", "disable_log_stats",
+    "gpu_memory_utilization", "compilation_config", "max_num_seqs"})
+
+
+def _check_engine_args(profile: Profile, notes: list[str]) -> None:
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        known = frozenset(f.name for f in dataclasses.fields(EngineArgs))
+    except Exception:  # no vLLM here: the keys are checked where the engine runs
+        known = None
+    for i, m in enumerate(profile.methods):
+        for key in m.engine_args:
+            where = f"methods[{i}].engine_args.{key}"
+            if key in HARNESS_ENGINE_ARGS:
+                raise ValidationError(where, (
+                    f"{key!r} is set by the profile's engine section for every method; "
+                    f"a method may only add engine arguments, not override these"))
+            if known is not None and key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=3)
+                hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+                raise ValidationError(where, f"unknown engine argument {key!r}: vLLM's "
+                                             f"EngineArgs has no such field.{hint}")
+    if known is None and any(m.engine_args for m in profile.methods):
+        notes.append("methods' engine_args not checked against vLLM: vLLM is not importable")
+
+
 def _check_experiment_k(profile: Profile) -> None:
     # load_profile checks this too; a Profile built in code (model_copy(update=...)) skips it.
     for i, e in enumerate(profile.experiments):
@@ -323,6 +353,7 @@ def preflight_report(profile: Profile, claims_dir: Path | None = None) -> list[s
         notes.append(f"speculative_config keys checked against the {schema.source}")
     _check_experiment_k(profile)
     _check_speculative_keys(profile, schema)
+    _check_engine_args(profile, notes)
     _check_sampling(profile)
     _check_trained(profile)
     _check_vocab(profile, schema, notes)

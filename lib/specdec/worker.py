@@ -187,6 +187,38 @@ class GpuSampler:
         self._stop.set()
 
 
+def vcpu_survey(rounds: int = 3, reps: int = 15) -> dict:
+    """How fast each vCPU of this machine runs the CPU probe, with nothing else of ours
+    running: this process is moved onto one vCPU at a time (``rounds`` passes over all of
+    them, ``reps`` probes each, the median kept per pass), then back. With the vCPUs'
+    hyperthread siblings and the CPU model, written at a lease's panels (issue 19): it tells
+    whether the vCPUs run the same Python at different speeds, and which ones."""
+    cpus = sorted(os.sched_getaffinity(0))
+    before = set(cpus)
+    passes: dict[int, list[float]] = {c: [] for c in cpus}
+    try:
+        for _ in range(rounds):
+            for c in cpus:
+                os.sched_setaffinity(0, {c})
+                GpuSampler.probe_us()  # the first run on a new vCPU pays its cold caches
+                v = sorted(GpuSampler.probe_us() for _ in range(reps))
+                passes[c].append(v[len(v) // 2])
+    finally:
+        os.sched_setaffinity(0, before)
+
+    def siblings(c):
+        try:
+            return Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list").read_text().strip()
+        except OSError:
+            return None
+
+    model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                  if ln.startswith("model name")), None) if Path("/proc/cpuinfo").exists() else None
+    return {"cpu_model": model, "probe_iterations": GpuSampler.PROBE_N, "rounds": rounds,
+            "reps": reps, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "vcpus": [{"vcpu": c, "probe_us": passes[c], "siblings": siblings(c)} for c in cpus]}
+
+
 class HostCounters:
     """The host's side of a repeat, through psutil (which vLLM requires): the share of the
     machine's CPU time that was busy and that the hypervisor took for others (steal), and
@@ -369,7 +401,11 @@ def _facts(worker) -> dict:
     runner = w.model_runner
     out = {"model_runner": f"{type(runner).__module__}.{type(runner).__qualname__}",
            "model_weight_bytes": None, "draft_weight_bytes": None,
-           "kv_cache_tokens": None, "kv_cache_tensor_bytes": None, "cudagraph_mode": None}
+           "kv_cache_tokens": None, "kv_cache_tensor_bytes": None, "cudagraph_mode": None,
+           "async_scheduling": None}
+    sched = getattr(getattr(w, "vllm_config", None), "scheduler_config", None)
+    if isinstance(getattr(sched, "async_scheduling", None), bool):
+        out["async_scheduling"] = sched.async_scheduling
     # The mode vLLM settled on, not the one asked for: dynamic K on the V1 runner turns
     # full CUDA graphs off (VllmConfig._maybe_override_dynamic_sd_cudagraph_mode).
     compilation = getattr(getattr(w, "vllm_config", None), "compilation_config", None)
@@ -411,7 +447,8 @@ def engine_facts(llm) -> dict:
     except Exception as e:  # facts are a bonus; never lose the measurement over them
         emit("engine_facts_failed", error=repr(e)[-500:])
         return {"model_runner": None, "model_weight_bytes": None, "draft_weight_bytes": None,
-                "kv_cache_tokens": None, "kv_cache_tensor_bytes": None, "cudagraph_mode": None}
+                "kv_cache_tokens": None, "kv_cache_tensor_bytes": None, "cudagraph_mode": None,
+                "async_scheduling": None}
 
 
 def kv_cache_bytes(llm) -> int | None:
@@ -422,7 +459,8 @@ def kv_cache_bytes(llm) -> int | None:
     return int(val) if isinstance(val, (int, float)) and val > 0 else None
 
 
-def build_llm(engine: dict, target: str, spec_cfg: dict | None, tokenizer: str | None):
+def build_llm(engine: dict, target: str, spec_cfg: dict | None, tokenizer: str | None,
+              engine_args: dict | None = None):
     from vllm import LLM
 
     kwargs = dict(
@@ -445,6 +483,8 @@ def build_llm(engine: dict, target: str, spec_cfg: dict | None, tokenizer: str |
         kwargs["compilation_config"] = engine["compilation_config"]
     if engine.get("max_num_seqs") is not None:
         kwargs["max_num_seqs"] = engine["max_num_seqs"]
+    # a method's own engine arguments (a control); validate refuses keys set above
+    kwargs.update(engine_args or {})
     return LLM(**kwargs)
 
 
@@ -568,7 +608,8 @@ def main(spec_file: str) -> int:
     core = "inproc" if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" else "default"
 
     t0 = time.perf_counter()
-    llm = build_llm(engine, spec["target_path"], spec["speculative_config"], spec.get("tokenizer"))
+    llm = build_llm(engine, spec["target_path"], spec["speculative_config"], spec.get("tokenizer"),
+                    spec.get("engine_args"))
     engine_start_s = time.perf_counter() - t0
     facts = engine_facts(llm)
     tensor_bytes = facts.pop("kv_cache_tensor_bytes")
@@ -768,4 +809,7 @@ def main(spec_file: str) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "vcpu-survey":  # lease.sh, at each control panel
+        print(json.dumps(vcpu_survey(), indent=1))
+        sys.exit(0)
     sys.exit(main(sys.argv[1]))
