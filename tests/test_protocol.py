@@ -131,3 +131,34 @@ def test_controls_pair_each_pin_with_its_own_baseline():
     assert list(ctrl["baseline_method"]) == ["baseline", "baseline-v1", "baseline-v1-inproc"]
     e = theory.expected_tokens_per_step(0.8, 4)
     assert ctrl["speedup_cost"].tolist() == pytest.approx([e * 6 / 7.0, e * 6 / 7.3, e * 6.1 / 8.2])
+
+
+def test_speedup_pairs_the_baseline_of_the_same_lease_first():
+    """Two H200s give the plain target steps a few percent apart (lease 9): a method measured
+    in a later lease is paired with that lease's own baseline, from its panel if the campaign
+    did not measure it there; without one, with the campaign's baseline of any lease."""
+    rows = (_rows("baseline", 0, None, 5.0, 1.0, lease="L7") + _rows("eagle", 4, 0.8, 7.0, 3.3, lease="L9")
+            + _rows("eagle", 4, 0.5, 7.0, 1.9, lease="L10"))
+    panel = (_rows("baseline", 0, None, 4.8, 1.0, lease="L9", phase="end")
+             + _rows("baseline", 0, None, 4.9, 1.0, lease="L9", phase="start"))
+    sp = protocol.speedups(protocol.cells(pd.DataFrame(rows)), protocol.cells(pd.DataFrame(panel)))
+    sp = sp.set_index("acceptance_alpha")
+    e = theory.expected_tokens_per_step(0.8, 4)
+    assert sp.loc[0.8, "baseline_lease"] == "L9"  # the start panel's
+    assert sp.loc[0.8, "speedup_cost"] == pytest.approx(e * 4.9 / 7.0)
+    assert sp.loc[0.5, "baseline_lease"] == "L7"
+
+
+def test_controls_take_the_default_from_the_panel_of_the_same_lease():
+    rows = (_rows("baseline-v1", 0, None, 5.0, 1.0, runner=V1, lease="L7")
+            + _rows("draft-1b", 4, 0.8, 12.0, 3.3, runner=V1, lease="L7")
+            + _rows("draft-1b-async", 4, 0.8, 11.0, 3.3, runner=V1, lease="L9"))
+    panel = (_rows("baseline", 0, None, 4.9, 1.0, lease="L9", phase="start")
+             + _rows("draft-1b", 4, 0.8, 14.0, 3.3, runner=V1, lease="L9", phase="start")
+             + _rows("draft-1b", 4, 0.8, 13.0, 3.3, runner=V1, lease="L8", phase="start"))
+    sp = protocol.speedups(protocol.cells(pd.DataFrame(rows)))
+    ps = protocol.panel_speedups(protocol.cells(pd.DataFrame(panel)))
+    ctrl = protocol.controls(sp, panel=ps)
+    assert list(zip(ctrl["method"], ctrl["lease_id"], ctrl["panel_phase"].fillna("-"))) == [
+        ("draft-1b", "L7", "-"), ("draft-1b", "L9", "start"), ("draft-1b-async", "L9", "-")]
+    assert ctrl["step_ms"].tolist() == pytest.approx([12.0, 14.0, 11.0])

@@ -447,6 +447,27 @@ def test_vcpu_survey_times_every_vcpu_and_restores_the_affinity():
     assert all(len(v["probe_us"]) == 2 and min(v["probe_us"]) > 0 for v in got["vcpus"])
 
 
+def test_probe_on_the_engine_vcpu_moves_only_the_calling_thread():
+    import os
+    import threading
+
+    from specdec.worker import GpuSampler
+
+    before = os.sched_getaffinity(0)
+    target = max(before)
+    seen = {}
+
+    def run():
+        seen["us"] = GpuSampler.probe_on(target)
+        seen["after"] = os.sched_getaffinity(0)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert seen["us"] > 0 and seen["after"] == before
+    assert os.sched_getaffinity(0) == before
+
+
 def test_protocol2_panel_is_stored_apart_and_its_engines_come_first(setup, capsys):
     _protocol2(setup)
     res = _run(setup, experiments=["a"], panel="start", lease="L7")

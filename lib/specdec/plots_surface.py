@@ -207,8 +207,10 @@ def stability_by_method(cells: pd.DataFrame, threshold: float = 0.03,
 def host_bound_chart(reps: pd.DataFrame,
                      title: str = "Does the step wait on the host?") -> Figure:
     """Each timed repeat's step time relative to its cell's median against the GPU's busy
-    share over the repeat (NVML) and against the CPU probe beside the engine, one colour per
-    method and runner: a step that waits on the host slows as the GPU idles."""
+    share over the repeat (NVML) and against the engine's CPU seconds per second of the
+    repeat, one colour per method and runner: a step that waits on the host slows as the GPU
+    idles, and a V2 step whose host work is hidden behind the GPU's slows once the engine's
+    core runs out of CPU time to hide it in."""
     plots.set_theme()
     fig = Figure(figsize=(8.0, 3.8), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
@@ -223,15 +225,43 @@ def host_bound_chart(reps: pd.DataFrame,
         style = dict(s=18, alpha=0.7, color=palette[g["method"].iloc[0]],
                      marker="o" if g["runner"].iloc[0] == "V2" else "^", label=who)
         axes[0].scatter(g["gpu_util_pct"], 100.0 * g["step_rel"], **style)
-        p = g.dropna(subset=["host_probe_us"])
+        p = g.assign(cpu=pd.to_numeric(g["engine_cpu_s"], errors="coerce") / g["wall_s"])
+        p = p.dropna(subset=["cpu"])
         if len(p):
-            axes[1].scatter(p["host_probe_us"] / 1000.0, 100.0 * p["step_rel"], **style)
+            axes[1].scatter(p["cpu"], 100.0 * p["step_rel"], **style)
     axes[0].set_xlabel("GPU busy (NVML, %)")
-    axes[1].set_xlabel("CPU probe beside the engine (ms)")
+    axes[1].set_xlabel("engine CPU seconds per second")
     axes[0].set_ylabel("step time: % from its cell's median")
     for ax in axes:
         ax.axhspan(-3, 3, color="0.9", zorder=0)
         ax.axhline(0, color="0.4", linewidth=0.8)
     fig.supxlabel(plots.caption(d), fontsize="small", color="0.25")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize="x-small")
+    return fig
+
+
+def vcpu_survey_chart(survey: pd.DataFrame,
+                      title: str = "The same Python on each vCPU, alone") -> Figure:
+    """The CPU probe's time on every vCPU (:func:`specdec.worker.vcpu_survey`), one panel per
+    survey (lease and phase), one point per pass over the vCPUs: two speeds on any vCPU,
+    changing from one pass to the next, is a host that shares its cores with other work."""
+    plots.set_theme()
+    order = {"start": 0, "end": 1}
+    groups = (sorted(survey.groupby(["lease_id", "panel_phase"]),
+                     key=lambda x: (x[0][0], order.get(x[0][1], 2))) if len(survey) else [])
+    fig = Figure(figsize=(4.0 * max(len(groups), 1) + 0.6, 3.4), layout="constrained")
+    axes = fig.subplots(1, max(len(groups), 1), sharey=True, squeeze=False)[0]
+    fig.suptitle(title)
+    if not groups:
+        plots._no_data(axes[0], "no vCPU survey stored yet")
+        return fig
+    for ax, ((lease, phase), g) in zip(axes, groups):
+        for rnd, r in g.groupby("pass"):
+            ax.scatter(r["vcpu"], r["probe_us"] / 1000.0, s=16, alpha=0.75, label=f"pass {rnd + 1}")
+        ax.set_title(f"{lease}, {phase}", fontsize="small")
+        ax.set_xlabel("vCPU")
+        ax.set_xticks(sorted(g["vcpu"].unique())[::2])
+    axes[0].set_ylabel("CPU probe (ms, median of its runs)")
+    axes[0].set_ylim(bottom=0)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize="x-small")
     return fig

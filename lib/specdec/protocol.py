@@ -96,27 +96,44 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def speedups(cell_df: pd.DataFrame) -> pd.DataFrame:
+def speedups(cell_df: pd.DataFrame, panel_cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """Each speculative cell beside the baseline of the same runner and engine core (the
     non-speculative cell of the same :data:`PAIR_KEYS`, K=0): the realised speedup
     (throughput ratio of medians) and, at set acceptance, the speedup read from cost
-    (module docstring), each with the interval arithmetic of the medians' intervals."""
+    (module docstring), each with the interval arithmetic of the medians' intervals.
+
+    The baseline is taken from the cell's own lease where that lease measured it (in the
+    campaign, else in its control panel, ``panel_cells``, the start panel first): the plain
+    target's step differs by a few percent between two H200s (lease 9), which a pair across
+    leases would read as speedup. Else from any lease; ``baseline_lease`` says which."""
     df = cell_df[cell_df["panel_phase"].isna()] if "panel_phase" in cell_df else cell_df
     base = df[df["num_speculative_tokens"] == 0]
-    index = {}
-    for _, b in base.iterrows():
-        key = tuple(b[k] for k in PAIR_KEYS)
-        index.setdefault(key, b)
+    extra = pd.DataFrame()
+    if panel_cells is not None and len(panel_cells):
+        extra = panel_cells[(panel_cells["num_speculative_tokens"] == 0)
+                            & panel_cells["panel_phase"].notna()]
+        extra = extra.assign(_o=extra["panel_phase"].map({"start": 0, "end": 1})).sort_values("_o")
+    index, by_lease = {}, {}
+    for frame in (base, extra):
+        for _, b in frame.iterrows():
+            key = tuple(b[k] for k in PAIR_KEYS)
+            if frame is base:
+                index.setdefault(key, b)
+            by_lease.setdefault((*key, b.get("lease_id")), b)
     out = []
     for _, r in df[df["num_speculative_tokens"] > 0].iterrows():
-        b = index.get(tuple(r[k] for k in PAIR_KEYS))
+        key = tuple(r[k] for k in PAIR_KEYS)
+        b = by_lease.get((*key, r.get("lease_id"))) if pd.notna(r.get("lease_id")) else None
+        b = b if b is not None else index.get(key)
         row = r.to_dict()
-        row.update(baseline_method=None, baseline_tok_s=np.nan, baseline_step_ms=np.nan,
+        row.update(baseline_method=None, baseline_lease=None, baseline_tok_s=np.nan,
+                   baseline_step_ms=np.nan,
                    baseline_step_ms_ci_low=np.nan, baseline_step_ms_ci_high=np.nan,
                    speedup=np.nan, speedup_ci_low=np.nan, speedup_ci_high=np.nan,
                    speedup_cost=np.nan, speedup_cost_ci_low=np.nan, speedup_cost_ci_high=np.nan)
         if b is not None:
-            row.update(baseline_method=b["method"], baseline_tok_s=b["tok_s"],
+            row.update(baseline_method=b["method"], baseline_lease=b.get("lease_id"),
+                       baseline_tok_s=b["tok_s"],
                        baseline_step_ms=b["step_ms"], baseline_step_ms_ci_low=b["step_ms_ci_low"],
                        baseline_step_ms_ci_high=b["step_ms_ci_high"],
                        speedup=r["tok_s"] / b["tok_s"],
@@ -184,6 +201,39 @@ def load_panels(profile: str, root: Path | None = None) -> pd.DataFrame:
         return store.RUNS_SCHEMA.empty_table().to_pandas()
     return pd.concat([store.read_file(f, store.RUNS_SCHEMA).to_pandas() for f in files],
                      ignore_index=True)
+
+
+def load_surveys(root: Path | None = None) -> pd.DataFrame:
+    """Every vCPU survey stored beside a panel (``data/panels/<lease>-<phase>/vcpus.json``,
+    :func:`specdec.worker.vcpu_survey`): one row per lease, phase, vCPU and pass."""
+    import json
+
+    rows = []
+    for f in sorted(panels_root(root).glob("*/vcpus.json")):
+        lease, _, phase = f.parent.name.rpartition("-")
+        doc = json.loads(f.read_text())
+        for v in doc["vcpus"]:
+            rows += [{"lease_id": lease, "panel_phase": phase, "vcpu": v["vcpu"], "pass": i,
+                      "probe_us": us, "cpu_model": doc.get("cpu_model")}
+                     for i, us in enumerate(v["probe_us"])]
+    return pd.DataFrame(rows, columns=["lease_id", "panel_phase", "vcpu", "pass", "probe_us",
+                                       "cpu_model"])
+
+
+def two_speeds(survey: pd.DataFrame, slow: float = 1.3) -> dict:
+    """What a vCPU survey says: the fast level (the median of the probe times below ``slow``
+    times the fastest), the slow level (the median of the rest), the share of probes at the
+    slow level, and on how many vCPUs both levels were seen."""
+    if survey.empty:
+        return {}
+    cut = slow * survey["probe_us"].min()
+    fast, slowv = survey[survey["probe_us"] < cut], survey[survey["probe_us"] >= cut]
+    both = survey.assign(s=survey["probe_us"] >= cut).groupby(
+        ["lease_id", "vcpu"])["s"].nunique()
+    return {"fast_us": float(fast["probe_us"].median()),
+            "slow_us": float(slowv["probe_us"].median()) if len(slowv) else float("nan"),
+            "slow_share": float(len(slowv) / len(survey)),
+            "vcpus_both": int((both == 2).sum()), "vcpus": int(len(both))}
 
 
 def panel_table(panel_cells: pd.DataFrame) -> pd.DataFrame:
@@ -291,7 +341,8 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
                 row[f"batch {b}"] = (f"{r['speedup_cost']:.2f}× "
                                      f"[{r['speedup_cost_ci_low']:.2f}, {r['speedup_cost_ci_high']:.2f}]")
             s = spread.get(method, np.nan)
-            row["panel spread"] = f"±{s / 2:.1%}" if pd.notna(s) else "one panel"
+            row["panel spread"] = (f"±{s / 2:.1%}" if pd.notna(s) else
+                                   "one panel" if method in spread.index else "not in the panel")
             rows.append(row)
     cols = ["method", "runner", "acceptance"] + [f"batch {b}" for b in batches] + ["panel spread"]
     return pd.DataFrame(rows).reindex(columns=cols)
@@ -307,13 +358,16 @@ def answer(profile: str, published: pd.DataFrame, results_root: Path | None = No
     runs = store.load_runs(profile, results_root)
     if runs.empty:
         return None
-    # What users run: a method that pins a setting (its own env) is a control, not an answer.
-    pinned = {m.name for m in load_profile(profile).methods if m.env and m.speculative}
+    # What users run: a method that pins a setting (its own env or engine arguments) is a
+    # control, not an answer.
+    pinned = {m.name for m in load_profile(profile).methods
+              if (m.env or m.engine_args) and m.speculative}
     runs = runs[~runs["method"].isin(pinned)]
     panel_runs = load_panels(profile, panels)
-    spread = (method_spread(panel_table(cells(panel_runs))) if len(panel_runs)
+    panel_cells = cells(panel_runs) if len(panel_runs) else None
+    spread = (method_spread(panel_table(panel_cells)) if panel_cells is not None
               else pd.Series(dtype=float))
-    return answer_table(speedups(cells(runs)), spread, published, **table_args)
+    return answer_table(speedups(cells(runs), panel_cells), spread, published, **table_args)
 
 
 def host_evidence(runs: pd.DataFrame) -> dict:
@@ -355,8 +409,11 @@ def host_bound(reps: pd.DataFrame) -> pd.DataFrame:
     carry the host's stamps (lease 8 on): the median GPU utilisation, the spread of the step
     time within cells (median absolute deviation from the cell's median), and how the step
     time follows the GPU's idle share, the CPU probe beside the engine and the hypervisor's
-    steal (Pearson's r of the step time, relative to its cell, against each)."""
+    steal, and the engine's CPU seconds per second of the repeat (Pearson's r of the step
+    time, relative to its cell, against each)."""
     d = reps.dropna(subset=["gpu_util_pct"])
+    cpu = d["engine_cpu_s"] if "engine_cpu_s" in d else pd.Series(np.nan, index=d.index)
+    d = d.assign(engine_cpu_share=pd.to_numeric(cpu, errors="coerce") / d["wall_s"])
     rows = []
     for (method, runner), g in d.groupby(["method", "runner"]):
         def r(col):
@@ -369,35 +426,57 @@ def host_bound(reps: pd.DataFrame) -> pd.DataFrame:
                      "gpu_util_min_pct": float(g["gpu_util_pct"].min()),
                      "step_spread": stats.median(g["step_rel"].abs()),
                      "step_range": float(g["step_rel"].max() - g["step_rel"].min()),
-                     "r_gpu_util": r("gpu_util_pct"), "r_probe": r("host_probe_us"),
+                     "r_gpu_util": r("gpu_util_pct"), "r_engine_cpu": r("engine_cpu_share"),
+                     "r_probe": r("host_probe_us"),
                      "r_steal": r("host_steal_pct"),
                      "steal_max_pct": float(g["host_steal_pct"].max()),
                      "busy_pct": stats.median(g["host_busy_pct"])})
     return pd.DataFrame(rows)
 
 
-#: The runner and engine-core controls of ``h200-surface-v2`` (issue 19), each beside the
-#: method as users run it: EAGLE-3 on V2 (its default), pinned to V1, and on V1 with the
-#: in-process engine core; the 1B draft (V1 by default) with vLLM's core and in-process.
-CONTROLS = {"eagle3": ["eagle3-v1", "eagle3-v1-inproc"], "draft-1b": ["draft-1b-inproc"]}
+#: The controls of ``h200-surface-v2`` (issue 19), each beside the method as users run it:
+#: EAGLE-3 on V2 (its default), pinned to V1, and on V1 with the in-process engine core; the
+#: 1B draft (V1 by default) in-process, with vLLM's asynchronous scheduling on, and kept on
+#: two vCPUs.
+CONTROLS = {"eagle3": ["eagle3-v1", "eagle3-v1-inproc"],
+            "draft-1b": ["draft-1b-inproc", "draft-1b-async", "draft-1b-pinned"]}
 
 
-def controls(speedup_df: pd.DataFrame, k: int = 4, batches: Sequence[int] = (1, 16)) -> pd.DataFrame:
-    """What the runner pin and the in-process engine core change: each control beside the
-    default, at the K, set acceptance and batch sizes the controls measured, each paired with
-    the baseline of its own runner and core; the speedup from cost and the step time with its
-    CV, and the lease."""
+def panel_speedups(panel_cells: pd.DataFrame) -> pd.DataFrame:
+    """:func:`speedups` of the control panels: each panel (lease, phase) paired within itself,
+    its speculative cells beside its own baseline; ``panel_phase`` kept on the rows."""
+    out = []
+    for (lease, phase), g in panel_cells.groupby(["lease_id", "panel_phase"]):
+        s = speedups(g.assign(panel_phase=None))
+        if len(s):
+            out.append(s.assign(panel_phase=phase))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def controls(speedup_df: pd.DataFrame, k: int = 4, batches: Sequence[int] = (1, 16),
+             panel: pd.DataFrame | None = None) -> pd.DataFrame:
+    """What each pinned setting changes: each control beside the default, at the K, set
+    acceptance and batch sizes the controls measured, each paired with the baseline of its own
+    runner and core; the speedup from cost and the step time with its CV, and the lease.
+    ``panel`` (:func:`panel_speedups`): the default's panel cells of the controls' leases join
+    as the like-for-like of the same lease (a host-bound default moves between leases)."""
     order = [m for default, pins in CONTROLS.items() for m in (default, *pins)]
     pins = [m for p in CONTROLS.values() for m in p]
-    d = speedup_df[speedup_df["method"].isin(order) & (speedup_df["num_speculative_tokens"] == k)
-                   & speedup_df["batch_size"].isin(batches)]
+    d = speedup_df.assign(panel_phase=None) if "panel_phase" not in speedup_df else speedup_df
+    if panel is not None and len(panel):
+        leases = set(d[d["method"].isin(pins)]["lease_id"].dropna())
+        same = panel[panel["method"].isin(CONTROLS) & panel["lease_id"].isin(leases)]
+        d = pd.concat([d, same], ignore_index=True)
+    d = d[d["method"].isin(order) & (d["num_speculative_tokens"] == k) & d["batch_size"].isin(batches)]
     keys = d[d["method"].isin(pins)][["acceptance_alpha", "batch_size"]].drop_duplicates()
     d = d.merge(keys, on=["acceptance_alpha", "batch_size"])
     cols = ["method", "runner", "engine_core", "batch_size", "acceptance_alpha", "baseline_method",
             "step_ms", "step_ms_cv", "speedup_cost", "speedup_cost_ci_low", "speedup_cost_ci_high",
-            "lease_id"]
-    return (d.assign(_o=d["method"].map({m: i for i, m in enumerate(order)}))
-            .sort_values(["acceptance_alpha", "batch_size", "_o"])[cols].reset_index(drop=True))
+            "lease_id", "panel_phase"]
+    return (d.assign(_o=d["method"].map({m: i for i, m in enumerate(order)}),
+                     _p=d["panel_phase"].map({"start": 0, "end": 1}).fillna(-1))
+            .sort_values(["acceptance_alpha", "batch_size", "_o", "lease_id", "_p"])[cols]
+            .reset_index(drop=True))
 
 
 def old_rows_explained(old_summary: pd.DataFrame, new_cells: pd.DataFrame,

@@ -76,6 +76,8 @@ gpu_uuid                    the GPU's UUID (NVML): which physical GPU, hence whi
 engine_vcpu                 the vCPU the engine's busiest process (vLLM's engine core) ran on most
                             over the repeat (sampled with the GPU stamps; from its second repeat)
 engine_vcpu_share           the share of those samples on that vCPU (1: it did not move)
+engine_vcpu_probe_us        the CPU probe run on the engine's own vCPU (median over the repeat,
+                            every fifth sample): how fast that vCPU ran host code (lease 10 on)
 lease_id                    the device lease that measured the row ($SPECDEC_LEASE), if any
 panel_phase                 "start" or "end" for a lease's control-panel rows (issue 19), else null
 provenance columns          see provenance.PROVENANCE_COLUMNS
@@ -182,6 +184,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("gpu_uuid", pa.string()),
         pa.field("engine_vcpu", pa.int64()),
         pa.field("engine_vcpu_share", pa.float64()),
+        pa.field("engine_vcpu_probe_us", pa.float64()),
         pa.field("lease_id", pa.string()),
         pa.field("panel_phase", pa.string()),
     ]
@@ -203,7 +206,7 @@ ADDED_COLUMNS = frozenset({"acceptance_alpha", "synthetic_rates", "model_runner"
                            "gpu_util_pct", "host_probe_us", "host_busy_pct", "host_steal_pct",
                            "engine_cpu_s", "gpu_uuid", "engine_vcpu", "engine_vcpu_share",
                            # what the async-control shows (lease 9)
-                           "async_scheduling"})
+                           "async_scheduling", "engine_vcpu_probe_us"})
 
 TOKENS_SCHEMA = pa.schema(
     _IDENTITY_FIELDS

@@ -70,11 +70,15 @@ class GpuSampler:
 
     COLUMNS = ("gpu_sm_clock_mhz", "gpu_sm_clock_min_mhz", "gpu_mem_clock_mhz", "gpu_power_w",
                "gpu_temp_c", "gpu_throttle_reasons", "gpu_util_pct", "host_probe_us",
-               "engine_vcpu", "engine_vcpu_share")
+               "engine_vcpu", "engine_vcpu_share", "engine_vcpu_probe_us")
     #: Iterations of the CPU probe: about 1 ms of pure Python on a 2026 server core.
     PROBE_N = 20_000
     #: Seconds between two samples.
     PERIOD_S = 0.2
+    #: Every this many samples the probe also runs on the engine's own vCPU (this thread moved
+    #: there for about a millisecond, about 0.2 % of that vCPU's time): how fast the vCPU that
+    #: carries the engine runs host code right now (lease 9 found each vCPU at one of two speeds).
+    ENGINE_PROBE_EVERY = 5
 
     def __init__(self, cuda: bool, period_s: float = PERIOD_S, probe: bool = True,
                  host: "HostCounters | None" = None):
@@ -140,8 +144,27 @@ class GpuSampler:
                    n.nvmlDeviceGetPowerUsage(h) / 1000.0,
                    float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)), reasons, util)
         busiest = self._host.busiest if self._host is not None else None
+        vcpu = HostCounters.vcpu(busiest) if busiest else None
+        self._n = getattr(self, "_n", 0) + 1
+        on_engine = None
+        if self._probe and vcpu is not None and self._n % self.ENGINE_PROBE_EVERY == 0:
+            on_engine = self.probe_on(vcpu)
         self.samples.append((time.perf_counter(), *gpu, self.probe_us() if self._probe else None,
-                             HostCounters.vcpu(busiest) if busiest else None))
+                             vcpu, on_engine))
+
+    @classmethod
+    def probe_on(cls, vcpu: int) -> float | None:
+        """The probe with the calling thread (only it: Linux applies affinity per thread) moved
+        onto ``vcpu`` for the run, then back."""
+        try:
+            before = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {vcpu})
+        except (OSError, AttributeError):
+            return None
+        try:
+            return cls.probe_us()
+        finally:
+            os.sched_setaffinity(0, before)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._period):
@@ -169,7 +192,7 @@ class GpuSampler:
         out = {"gpu_sm_clock_mhz": med(1), "gpu_sm_clock_min_mhz": min(clocks) if clocks else None,
                "gpu_mem_clock_mhz": med(2), "gpu_power_w": med(3), "gpu_temp_c": med(4),
                "gpu_throttle_reasons": None, "gpu_util_pct": med(6), "host_probe_us": med(7),
-               "engine_vcpu": None, "engine_vcpu_share": None}
+               "engine_vcpu": None, "engine_vcpu_share": None, "engine_vcpu_probe_us": med(9)}
         vcpus = [x[8] for x in inside if x[8] is not None]
         if vcpus:
             mode = max(set(vcpus), key=vcpus.count)
