@@ -298,3 +298,14 @@ def test_engine_args_may_not_override_the_harness():
     doc["methods"][1]["engine_args"] = {"async_scheduling": [1]}
     with pytest.raises(ProfileError):
         profile_from_dict(doc)
+
+
+def test_build_llm_refuses_an_engine_arg_the_harness_sets():
+    """The same rule where the engine starts, for a spec that skipped the pre-flight."""
+    from specdec import worker
+
+    with pytest.raises(ValueError, match="max_model_len"):
+        worker.build_llm({"dtype": "auto", "max_model_len": 64, "enforce_eager": True,
+                          "tensor_parallel_size": 1, "load_format": "dummy",
+                          "skip_tokenizer_init": True, "seed": 0}, "t", None, None,
+                         {"max_model_len": 32})

@@ -225,10 +225,9 @@ def host_bound_chart(reps: pd.DataFrame,
         style = dict(s=18, alpha=0.7, color=palette[g["method"].iloc[0]],
                      marker="o" if g["runner"].iloc[0] == "V2" else "^", label=who)
         axes[0].scatter(g["gpu_util_pct"], 100.0 * g["step_rel"], **style)
-        p = g.assign(cpu=pd.to_numeric(g["engine_cpu_s"], errors="coerce") / g["wall_s"])
-        p = p.dropna(subset=["cpu"])
+        p = g.dropna(subset=["engine_cpu_share"])
         if len(p):
-            axes[1].scatter(p["cpu"], 100.0 * p["step_rel"], **style)
+            axes[1].scatter(p["engine_cpu_share"], 100.0 * p["step_rel"], **style)
     axes[0].set_xlabel("GPU busy (NVML, %)")
     axes[1].set_xlabel("engine CPU seconds per second")
     axes[0].set_ylabel("step time: % from its cell's median")

@@ -113,13 +113,9 @@ def speedups(cell_df: pd.DataFrame, panel_cells: pd.DataFrame | None = None) -> 
         extra = panel_cells[(panel_cells["num_speculative_tokens"] == 0)
                             & panel_cells["panel_phase"].notna()]
         extra = extra.assign(_o=extra["panel_phase"].map({"start": 0, "end": 1})).sort_values("_o")
-    index, by_lease = {}, {}
-    for frame in (base, extra):
-        for _, b in frame.iterrows():
-            key = tuple(b[k] for k in PAIR_KEYS)
-            if frame is base:
-                index.setdefault(key, b)
-            by_lease.setdefault((*key, b.get("lease_id")), b)
+    index = {tuple(b[k] for k in PAIR_KEYS): b for _, b in base[::-1].iterrows()}
+    by_lease = {(*(b[k] for k in PAIR_KEYS), b.get("lease_id")): b
+                for _, b in pd.concat([base, extra])[::-1].iterrows()}
     out = []
     for _, r in df[df["num_speculative_tokens"] > 0].iterrows():
         key = tuple(r[k] for k in PAIR_KEYS)
@@ -394,12 +390,15 @@ def host_evidence(runs: pd.DataFrame) -> dict:
 def repeats(runs: pd.DataFrame, panel_runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every timed repeat of the campaign and its panels once (a panel cell measured in an
     engine for the profile is stored twice), with its runner and its step time relative to
-    the median of its cell's attempt: the rows the host evidence reads."""
+    the median of its cell's attempt, and the engine's CPU seconds per second of the repeat
+    (``engine_cpu_share``): the rows the host evidence reads."""
     d = pd.concat([runs, panel_runs], ignore_index=True) if panel_runs is not None else runs
     d = d[d["status"] == "ok"].drop_duplicates(["cell_id", "lease_id", "attempt", "repeat",
                                                 "timestamp_utc"])
+    cpu = d["engine_cpu_s"] if "engine_cpu_s" in d else pd.Series(np.nan, index=d.index)
     d = d.assign(runner=[runner_label(m) for m in d["model_runner"]],
-                 step_ms=pd.to_numeric(d["step_ms"], errors="coerce"))
+                 step_ms=pd.to_numeric(d["step_ms"], errors="coerce"),
+                 engine_cpu_share=pd.to_numeric(cpu, errors="coerce") / d["wall_s"])
     med = d.groupby(["cell_id", "lease_id", "panel_phase", "attempt"], dropna=False)["step_ms"]
     return d.assign(step_rel=d["step_ms"] / med.transform("median") - 1.0)
 
@@ -412,8 +411,6 @@ def host_bound(reps: pd.DataFrame) -> pd.DataFrame:
     steal, and the engine's CPU seconds per second of the repeat (Pearson's r of the step
     time, relative to its cell, against each)."""
     d = reps.dropna(subset=["gpu_util_pct"])
-    cpu = d["engine_cpu_s"] if "engine_cpu_s" in d else pd.Series(np.nan, index=d.index)
-    d = d.assign(engine_cpu_share=pd.to_numeric(cpu, errors="coerce") / d["wall_s"])
     rows = []
     for (method, runner), g in d.groupby(["method", "runner"]):
         def r(col):
@@ -430,6 +427,8 @@ def host_bound(reps: pd.DataFrame) -> pd.DataFrame:
                      "r_probe": r("host_probe_us"),
                      "r_steal": r("host_steal_pct"),
                      "steal_max_pct": float(g["host_steal_pct"].max()),
+                     "engine_cpu_min": float(g["engine_cpu_share"].min()),
+                     "engine_cpu_max": float(g["engine_cpu_share"].max()),
                      "busy_pct": stats.median(g["host_busy_pct"])})
     return pd.DataFrame(rows)
 

@@ -34,6 +34,7 @@ from . import paths, provenance
 from .claims.checkio import recorded_spec_config
 from .claims.registry import literal_values
 from .profiles import BASELINE, Profile
+from .worker import HARNESS_ENGINE_ARGS
 
 #: Fields vLLM sets itself after construction: a user value is overwritten without a word.
 INTERNAL_SPEC_FIELDS = ("target_model_config", "target_parallel_config",
@@ -136,13 +137,6 @@ def _check_speculative_keys(profile: Profile, schema: SpecSchema | None) -> None
             raise ValidationError(f"{where}.method", (
                 f"unknown speculative method {method!r} ({schema.source}); known: "
                 f"{', '.join(sorted(schema.methods))}"))
-
-
-#: ``LLM`` arguments the harness sets itself (``worker.build_llm``): a method may not override them.
-HARNESS_ENGINE_ARGS = frozenset({
-    "model", "tokenizer", "dtype", "max_model_len", "enforce_eager", "tensor_parallel_size",
-    "load_format", "skip_tokenizer_init", "seed", "speculative_config", "disable_log_stats",
-    "gpu_memory_utilization", "compilation_config", "max_num_seqs"})
 
 
 def _check_engine_args(profile: Profile, notes: list[str]) -> None:

@@ -85,6 +85,7 @@ class GpuSampler:
         import threading
 
         self.samples: list[tuple] = []
+        self._n = 0  # samples taken, for ENGINE_PROBE_EVERY
         self._host = host
         self.uuid: str | None = None
         self._probe = probe
@@ -145,7 +146,7 @@ class GpuSampler:
                    float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)), reasons, util)
         busiest = self._host.busiest if self._host is not None else None
         vcpu = HostCounters.vcpu(busiest) if busiest else None
-        self._n = getattr(self, "_n", 0) + 1
+        self._n += 1
         on_engine = None
         if self._probe and vcpu is not None and self._n % self.ENGINE_PROBE_EVERY == 0:
             on_engine = self.probe_on(vcpu)
@@ -217,17 +218,12 @@ def vcpu_survey(rounds: int = 3, reps: int = 15) -> dict:
     hyperthread siblings and the CPU model, written at a lease's panels (issue 19): it tells
     whether the vCPUs run the same Python at different speeds, and which ones."""
     cpus = sorted(os.sched_getaffinity(0))
-    before = set(cpus)
     passes: dict[int, list[float]] = {c: [] for c in cpus}
-    try:
-        for _ in range(rounds):
-            for c in cpus:
-                os.sched_setaffinity(0, {c})
-                GpuSampler.probe_us()  # the first run on a new vCPU pays its cold caches
-                v = sorted(GpuSampler.probe_us() for _ in range(reps))
-                passes[c].append(v[len(v) // 2])
-    finally:
-        os.sched_setaffinity(0, before)
+    for _ in range(rounds):
+        for c in cpus:
+            GpuSampler.probe_on(c)  # the first run on a new vCPU pays its cold caches
+            v = sorted(GpuSampler.probe_on(c) for _ in range(reps))
+            passes[c].append(v[len(v) // 2])
 
     def siblings(c):
         try:
@@ -417,15 +413,18 @@ def _module_bytes(module, skip: set[int] | None = None) -> tuple[int | None, set
     return total, ptrs
 
 
+#: What :func:`_facts` reports, where the engine does not say.
+NO_FACTS = {"model_runner": None, "model_weight_bytes": None, "draft_weight_bytes": None,
+            "kv_cache_tokens": None, "kv_cache_tensor_bytes": None, "cudagraph_mode": None,
+            "async_scheduling": None}
+
+
 def _facts(worker) -> dict:
     """What the engine holds: model runner, weight bytes (target, and draft or heads not
     shared with the target), KV cache bytes and tokens."""
     w = getattr(worker, "worker", worker)
     runner = w.model_runner
-    out = {"model_runner": f"{type(runner).__module__}.{type(runner).__qualname__}",
-           "model_weight_bytes": None, "draft_weight_bytes": None,
-           "kv_cache_tokens": None, "kv_cache_tensor_bytes": None, "cudagraph_mode": None,
-           "async_scheduling": None}
+    out = {**NO_FACTS, "model_runner": f"{type(runner).__module__}.{type(runner).__qualname__}"}
     sched = getattr(getattr(w, "vllm_config", None), "scheduler_config", None)
     if isinstance(getattr(sched, "async_scheduling", None), bool):
         out["async_scheduling"] = sched.async_scheduling
@@ -469,9 +468,7 @@ def engine_facts(llm) -> dict:
         return llm.collective_rpc(_facts)[0]
     except Exception as e:  # facts are a bonus; never lose the measurement over them
         emit("engine_facts_failed", error=repr(e)[-500:])
-        return {"model_runner": None, "model_weight_bytes": None, "draft_weight_bytes": None,
-                "kv_cache_tokens": None, "kv_cache_tensor_bytes": None, "cudagraph_mode": None,
-                "async_scheduling": None}
+        return dict(NO_FACTS)
 
 
 def kv_cache_bytes(llm) -> int | None:
@@ -482,8 +479,20 @@ def kv_cache_bytes(llm) -> int | None:
     return int(val) if isinstance(val, (int, float)) and val > 0 else None
 
 
+#: ``LLM`` arguments :func:`build_llm` sets from the profile: a method's ``engine_args`` may
+#: not override them (``validate`` refuses such a profile before any engine starts).
+HARNESS_ENGINE_ARGS = frozenset({
+    "model", "tokenizer", "dtype", "max_model_len", "enforce_eager", "tensor_parallel_size",
+    "load_format", "skip_tokenizer_init", "seed", "speculative_config", "disable_log_stats",
+    "gpu_memory_utilization", "compilation_config", "max_num_seqs"})
+
+
 def build_llm(engine: dict, target: str, spec_cfg: dict | None, tokenizer: str | None,
               engine_args: dict | None = None):
+    # a method's own engine arguments (a control), never one of the harness's
+    clash = set(engine_args or {}) & HARNESS_ENGINE_ARGS
+    if clash:
+        raise ValueError(f"engine_args may not override {sorted(clash)}")
     from vllm import LLM
 
     kwargs = dict(
@@ -506,7 +515,6 @@ def build_llm(engine: dict, target: str, spec_cfg: dict | None, tokenizer: str |
         kwargs["compilation_config"] = engine["compilation_config"]
     if engine.get("max_num_seqs") is not None:
         kwargs["max_num_seqs"] = engine["max_num_seqs"]
-    # a method's own engine arguments (a control); validate refuses keys set above
     kwargs.update(engine_args or {})
     return LLM(**kwargs)
 
