@@ -18,6 +18,18 @@
 #                                                 carry the lease id $SPECDEC_LEASE;
 #                                                 $LEASE_CELLS (globs) keeps only the cells
 #                                                 that match, e.g. 'baseline-v1-*'.
+#   scripts/lease.sh bg END STAGE [STAGE...]      one measuring run across several calls: each
+#                                                 STAGE ("SECONDS PROFILE [--panel P] EXP...",
+#                                                 $LEASE_CELLS as "CELLS=globs;" before it) is a
+#                                                 `measure`, run one after another in the
+#                                                 background from a copy of the tree, every stage
+#                                                 but the last ending by END (epoch) less 330 s
+#                                                 (an end panel's time), the last by END. The
+#                                                 call returns at once; no call boundary cuts an
+#                                                 engine or wastes the budget between calls.
+#   scripts/lease.sh wait SECONDS                 follow the background run for up to SECONDS,
+#                                                 then return its log's tail; once it has ended,
+#                                                 its results, panels and logs to $OUT.
 #   scripts/lease.sh cache [N]                    vLLM's compile cache in 15 MB parts, 4 per call:
 #                                                 parts 4N..4N+3 to $OUT
 #   scripts/lease.sh train receive                the same as receive
@@ -136,6 +148,42 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   ls -la "$OUT"
   # the rows went back or did not: a chain behind this call (`&&`) must know which
   exit "$rc"
+  ;;
+bg)
+  # The device machine stays warm between calls (a call within 30 s of the last), and what a
+  # call starts in the background keeps running: one run across calls wastes nothing at
+  # their boundaries. Run from a copy of the tree: the next call's copy replaces this one.
+  end=${1:?end epoch}; shift
+  [ -e /tmp/bg.pid ] && kill -0 "$(cat /tmp/bg.pid)" 2>/dev/null && { echo "a background run is going"; exit 1; }
+  rm -rf /tmp/tree /tmp/bgout && mkdir -p /tmp/bgout /tmp/tree \
+    && tar cf - --exclude=./.venv --exclude=./.bundle --exclude=./.git . | tar xf - -C /tmp/tree
+  script=/tmp/bg.sh; echo "set -u; cd /tmp/tree; export OUT=/tmp/bgout" > "$script"
+  n=$#; i=0
+  for stage in "$@"; do
+    i=$((i + 1)); deadline=$end; [ "$i" -lt "$n" ] && deadline=$((end - 330))
+    cells=""; case "$stage" in CELLS=*) cells=${stage%%;*}; cells=${cells#CELLS=}; stage=${stage#*;} ;; esac
+    echo "echo \"stage $i/$n: \$(date -u +%H:%M:%S) $stage\"" >> "$script"
+    echo "LEASE_CELLS='$cells' LEASE_DEADLINE=$deadline bash scripts/lease.sh measure ${COMMIT:?COMMIT} $stage" >> "$script"
+  done
+  echo 'echo "bg-end $(date -u +%H:%M:%S)"; touch /tmp/bgout/.done' >> "$script"
+  cat "$script"
+  setsid nohup bash "$script" > /tmp/bg.log 2>&1 < /dev/null &
+  echo $! > /tmp/bg.pid
+  echo "background run started: pid $(cat /tmp/bg.pid), ends by $(date -u -d @"$end" +%H:%M:%S)"
+  ;;
+wait)
+  limit=${1:-570}; t0=$(date +%s)
+  while [ ! -e /tmp/bgout/.done ] && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do
+    kill -0 "$(cat /tmp/bg.pid 2>/dev/null)" 2>/dev/null || break
+    sleep 5
+  done
+  grep -v "it/s\]$" /tmp/bg.log | tail -c 9000
+  if [ -e /tmp/bgout/.done ] || ! kill -0 "$(cat /tmp/bg.pid 2>/dev/null)" 2>/dev/null; then
+    cp /tmp/bgout/* "$OUT/" 2>/dev/null; cp /tmp/bg.log "$OUT/" 2>/dev/null
+    echo "background run over"; ls -la "$OUT"
+  else
+    echo "background run still going"
+  fi
   ;;
 cache)
   # A call returns at most about 64 MiB, so 4 parts of 15 MB per call: `cache N` returns parts

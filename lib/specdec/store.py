@@ -76,8 +76,9 @@ gpu_uuid                    the GPU's UUID (NVML): which physical GPU, hence whi
 engine_vcpu                 the vCPU the engine's busiest process (vLLM's engine core) ran on most
                             over the repeat (sampled with the GPU stamps; from its second repeat)
 engine_vcpu_share           the share of those samples on that vCPU (1: it did not move)
-engine_vcpu_probe_us        the CPU probe run on the engine's own vCPU (median over the repeat,
-                            every fifth sample): how fast that vCPU ran host code (lease 10 on)
+engine_vcpu_probe_us        the CPU probe run on the engine's own vCPU (mean over the repeat, every
+                            second sample, so it follows the repeat's mix of the vCPU's two
+                            speeds): how fast that vCPU ran host code (lease 10 on)
 lease_id                    the device lease that measured the row ($SPECDEC_LEASE), if any
 panel_phase                 "start" or "end" for a lease's control-panel rows (issue 19), else null
 provenance columns          see provenance.PROVENANCE_COLUMNS
