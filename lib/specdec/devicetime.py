@@ -99,7 +99,15 @@ def cost_table(c: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["what", "seconds"])
 
 
+def default_reference(profile: str) -> str:
+    """What to price ``profile`` with: its own recorded times once it has measured rows (its
+    protocol's cells and its engines' starts), else h200-surface's."""
+    name = profiles.load_profile(profile).name
+    return name if not store.load_runs(name, None, only_ok=True).empty else "h200-surface"
+
+
 def _cmd(args) -> int:
+    args.reference = args.reference or default_reference(args.profile)
     est = estimate(args.profile, args.reference, args.experiment or None)
     print(f"{args.profile}: expected device time, priced with {args.reference}'s recorded engine "
           "starts and cell times (per method where it measured the method)")
@@ -111,6 +119,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("devicetime", help="expected device time of a profile's experiments, "
                                                  "priced with a measured campaign's recorded times")
     p.add_argument("profile")
-    p.add_argument("--reference", default="h200-surface", help="the measured campaign to price with")
+    p.add_argument("--reference", default=None,
+                   help="the measured campaign to price with (default: the profile itself once "
+                        "it has rows, else h200-surface)")
     p.add_argument("-e", "--experiment", action="append", help="only this experiment (repeatable)")
     p.set_defaults(func=_cmd)
