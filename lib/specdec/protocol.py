@@ -414,6 +414,8 @@ def host_bound(reps: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (method, runner), g in d.groupby(["method", "runner"]):
         def r(col):
+            if col not in g:
+                return np.nan
             v = g[["step_rel", col]].dropna()
             if len(v) < 5 or v[col].std() == 0 or v["step_rel"].std() == 0:
                 return np.nan
@@ -424,13 +426,41 @@ def host_bound(reps: pd.DataFrame) -> pd.DataFrame:
                      "step_spread": stats.median(g["step_rel"].abs()),
                      "step_range": float(g["step_rel"].max() - g["step_rel"].min()),
                      "r_gpu_util": r("gpu_util_pct"), "r_engine_cpu": r("engine_cpu_share"),
-                     "r_probe": r("host_probe_us"),
+                     "r_probe": r("host_probe_us"), "r_engine_probe": r("engine_vcpu_probe_us"),
                      "r_steal": r("host_steal_pct"),
                      "steal_max_pct": float(g["host_steal_pct"].max()),
                      "engine_cpu_min": float(g["engine_cpu_share"].min()),
                      "engine_cpu_max": float(g["engine_cpu_share"].max()),
                      "busy_pct": stats.median(g["host_busy_pct"])})
     return pd.DataFrame(rows)
+
+
+def vcpu_speed_fit(reps: pd.DataFrame, two: dict) -> pd.DataFrame:
+    """How a method's step time follows the speed of its engine's vCPU (lease 10 on: the CPU
+    probe on that vCPU, every second sample, its mean over the repeat). Each repeat's slow
+    share is where that mean lies between the two speeds a vCPU survey found (``two``:
+    :func:`two_speeds`; 0 all fast, 1 all slow, clipped). Per method and runner, a least-squares
+    line of the step time relative to its cell's median against that share: its slope is how
+    much slower a step is on a slow vCPU than on a fast one (``slow_over_fast``, from the
+    line's two ends), with Pearson's r and the share's range over the repeats."""
+    cols = ["method", "runner", "repeats", "slow_share_min", "slow_share_max", "r",
+            "slow_over_fast"]
+    if not two or "engine_vcpu_probe_us" not in reps or not np.isfinite(two.get("slow_us", np.nan)):
+        return pd.DataFrame(columns=cols)
+    d = reps.dropna(subset=["engine_vcpu_probe_us", "step_rel"])
+    share = ((d["engine_vcpu_probe_us"] - two["fast_us"]) / (two["slow_us"] - two["fast_us"]))
+    d = d.assign(slow_share=share.clip(0.0, 1.0))
+    rows = []
+    for (method, runner), g in d.groupby(["method", "runner"]):
+        if len(g) < 5 or g["slow_share"].std() == 0:
+            continue
+        slope, icpt = np.polyfit(g["slow_share"], g["step_rel"], 1)
+        rows.append({"method": method, "runner": runner, "repeats": len(g),
+                     "slow_share_min": float(g["slow_share"].min()),
+                     "slow_share_max": float(g["slow_share"].max()),
+                     "r": float(np.corrcoef(g["slow_share"], g["step_rel"])[0, 1]),
+                     "slow_over_fast": float((1 + icpt + slope) / (1 + icpt))})
+    return pd.DataFrame(rows, columns=cols)
 
 
 #: The controls of ``h200-surface-v2`` (issue 19), each beside the method as users run it:
