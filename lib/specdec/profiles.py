@@ -476,14 +476,17 @@ def expand(profile: Profile, experiments: typing.Iterable[str] | None = None) ->
                                        -1.0 if c.acceptance is None else c.acceptance))
 
 
-def engine_groups(cells: typing.Iterable[Cell]) -> dict[tuple[str, int, bool], list[Cell]]:
-    groups: dict[tuple[str, int, bool], list[Cell]] = {}
-    for c in cells:
-        groups.setdefault(c.engine_key, []).append(c)
+def engine_groups(items: typing.Iterable, cell=lambda x: x, then=lambda x: ()
+                  ) -> dict[tuple[str, int, bool], list]:
+    """``items`` by engine (method, K, synthetic), each engine's in measuring order: cells of
+    one batch size back to back, so one warm-up serves them all. ``cell`` reads an item's
+    Cell (the runner's PlannedCell carries one); ``then`` breaks the remaining ties."""
+    groups: dict[tuple[str, int, bool], list] = {}
+    for x in items:
+        groups.setdefault(cell(x).engine_key, []).append(x)
     for g in groups.values():
-        # Cells of one batch size run back to back, so one warm-up serves them all.
-        g.sort(key=lambda c: (c.workload, c.temperature, c.batch_size,
-                              -1.0 if c.acceptance is None else c.acceptance))
+        g.sort(key=lambda x: (cell(x).workload, cell(x).temperature, cell(x).batch_size,
+                              -1.0 if cell(x).acceptance is None else cell(x).acceptance, *then(x)))
     return groups
 
 

@@ -345,13 +345,15 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
 
 
 def answer(profile: str, published: pd.DataFrame, results_root: Path | None = None,
-           panels: Path | None = None, **table_args) -> pd.DataFrame | None:
-    """:func:`answer_table` of a protocol-2 campaign from its stored rows and panels, at the
-    ``published`` acceptance (:func:`specdec.claims.published.table`): the table the protocol
-    chapter and the conclusions open with; None where the campaign has no rows."""
+           panels: Path | None = None, runs: pd.DataFrame | None = None,
+           panel_runs: pd.DataFrame | None = None, **table_args) -> pd.DataFrame | None:
+    """:func:`answer_table` of a protocol-2 campaign from its stored rows and panels (or the
+    ``runs`` and ``panel_runs`` a chapter has already read), at the ``published`` acceptance
+    (:func:`specdec.claims.published.table`): the table the protocol chapter and the
+    conclusions open with; None where the campaign has no rows."""
     from .profiles import load_profile
 
-    runs = store.load_runs(profile, results_root)
+    runs = store.load_runs(profile, results_root) if runs is None else runs
     if runs.empty:
         return None
     # What users run: a method that pins a setting (its own env or engine arguments) is a
@@ -359,7 +361,7 @@ def answer(profile: str, published: pd.DataFrame, results_root: Path | None = No
     pinned = {m.name for m in load_profile(profile).methods
               if (m.env or m.engine_args) and m.speculative}
     runs = runs[~runs["method"].isin(pinned)]
-    panel_runs = load_panels(profile, panels)
+    panel_runs = load_panels(profile, panels) if panel_runs is None else panel_runs
     panel_cells = cells(panel_runs) if len(panel_runs) else None
     spread = (method_spread(panel_table(panel_cells)) if panel_cells is not None
               else pd.Series(dtype=float))

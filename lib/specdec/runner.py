@@ -320,15 +320,9 @@ def _ordered_groups(profile: Profile, todo: Sequence[PlannedCell],
     for i, e in enumerate(order):
         for j, m in enumerate(e.methods):
             rank.setdefault(m, (i, j))
-    groups: dict[tuple[str, int, bool], list[PlannedCell]] = {}
-    for pc in todo:
-        groups.setdefault(pc.cell.engine_key, []).append(pc)
-    for cells in groups.values():
-        # cells of one batch size back to back (one warm-up serves them); a panel cell
-        # beside the same cell measured for the profile
-        cells.sort(key=lambda pc: (pc.cell.workload, pc.cell.temperature, pc.cell.batch_size,
-                                   -1.0 if pc.cell.acceptance is None else pc.cell.acceptance,
-                                   pc.panel_phase or ""))
+    # a panel cell beside the same cell measured for the profile
+    groups = profiles.engine_groups(todo, cell=lambda pc: pc.cell,
+                                    then=lambda pc: (pc.panel_phase or "",))
 
     def key(item):
         (method, k, _), cells = item
