@@ -121,22 +121,29 @@ def test_host_bound_reads_a_step_that_waits_on_the_host():
 
 
 def test_vcpu_speed_fit_reads_how_much_slower_a_step_is_on_a_slow_vcpu():
-    """Repeats whose engine vCPU probe lies between the survey's two speeds: a step that is 30 %
-    longer on an all-slow vCPU than on an all-fast one gives slow_over_fast 1.3 and r near 1;
-    a step that ignores its vCPU gives about 1.0."""
-    two = {"fast_us": 1000.0, "slow_us": 1600.0}
+    """Repeats whose engine vCPU probe lies between their lease's two surveyed speeds: a step
+    that is 30 % longer on an all-slow vCPU than on an all-fast one gives slow_over_fast 1.3
+    and r near 1; a step that ignores its vCPU gives about 1.0; a lease without a survey,
+    nothing."""
+    survey = pd.DataFrame({"lease_id": "L", "panel_phase": "start", "vcpu": [0, 1, 2, 3],
+                           "pass": 0, "probe_us": [1000.0, 1000.0, 1600.0, 1600.0],
+                           "cpu_model": None})
     rows = []
-    for r, share in enumerate([0.0, 0.2, 0.5, 0.7, 1.0, 0.4]):
+    for r, share in enumerate([0.0, 0.2, 0.5, 0.7, 1.0, 0.4, 1.3]):
         probe = 1000.0 + 600.0 * share
-        rows += [{**_rows("draft-1b", 4, 0.8, 10.0 * (1 + 0.3 * share), 3.3, runner=V1, reps=1)[0],
+        rows += [{**_rows("draft-1b", 4, 0.8, 10.0 * (1 + 0.3 * min(share, 1.0)), 3.3, runner=V1,
+                          reps=1, lease="L")[0],
                   "repeat": r, "engine_vcpu_probe_us": probe, "timestamp_utc": f"t{r}"}]
-        rows += [{**_rows("eagle3", 4, 0.8, 7.0 + 0.001 * (r % 2), 3.3, reps=1)[0], "repeat": r,
-                  "engine_vcpu_probe_us": probe, "timestamp_utc": f"t{r}"}]
-    fit = protocol.vcpu_speed_fit(protocol.repeats(pd.DataFrame(rows)), two).set_index("method")
+        rows += [{**_rows("eagle3", 4, 0.8, 7.0 + 0.001 * (r % 2), 3.3, reps=1, lease="L")[0],
+                  "repeat": r, "engine_vcpu_probe_us": probe, "timestamp_utc": f"t{r}"}]
+    reps = protocol.repeats(pd.DataFrame(rows))
+    shared = protocol.slow_share(reps, survey)
+    assert shared["slow_share"].max() == 1.0  # a probe beyond the slow level is clipped
+    fit = protocol.vcpu_speed_fit(shared).set_index("method")
     assert fit.loc["draft-1b", "slow_over_fast"] == pytest.approx(1.3, rel=1e-6)
-    assert fit.loc["draft-1b", "r"] > 0.99 and fit.loc["draft-1b", "slow_share_max"] == 1.0
+    assert fit.loc["draft-1b", "r"] > 0.99 and fit.loc["draft-1b", "repeats"] == 7
     assert fit.loc["eagle3", "slow_over_fast"] == pytest.approx(1.0, abs=0.001)
-    assert protocol.vcpu_speed_fit(protocol.repeats(pd.DataFrame(rows)), {}).empty
+    assert protocol.slow_share(reps, survey.assign(lease_id="other")).empty
 
 
 def test_controls_pair_each_pin_with_its_own_baseline():

@@ -239,6 +239,39 @@ def host_bound_chart(reps: pd.DataFrame,
     return fig
 
 
+def vcpu_speed_chart(shared: pd.DataFrame, fit: pd.DataFrame,
+                     title: str = "The step against its vCPU's speed") -> Figure:
+    """Each timed repeat's step time relative to its cell's median against the share of the
+    repeat its engine's vCPU spent at the slow speed (:func:`specdec.protocol.slow_share`),
+    one colour per method and runner, with each method's least-squares line
+    (:func:`specdec.protocol.vcpu_speed_fit`): a step whose host work waits on the CPU rises
+    with the share; one whose host work is hidden behind the GPU's stays flat."""
+    plots.set_theme()
+    fig = Figure(figsize=(6.4, 3.8), layout="constrained")
+    ax = fig.subplots()
+    fig.suptitle(title)
+    if shared is None or shared.empty:
+        plots._no_data(ax, "no repeat carries the probe on the engine's vCPU yet")
+        return fig
+    palette = plots.method_palette(sorted(set(shared["method"])))
+    lines = fit.set_index(["method", "runner"]) if len(fit) else None
+    for (method, runner), g in shared.groupby(["method", "runner"]):
+        ax.scatter(g["slow_share"], 100.0 * g["step_rel"], s=18, alpha=0.7, color=palette[method],
+                   marker="o" if runner == "V2" else "^", label=f"{method} ({runner})")
+        if lines is not None and (method, runner) in lines.index:
+            ln = lines.loc[(method, runner)]
+            ax.plot([0, 1], [100.0 * ln["rel_at_fast"], 100.0 * ln["rel_at_slow"]],
+                    color=palette[method], linewidth=1.2)
+    ax.axhspan(-3, 3, color="0.9", zorder=0)
+    ax.axhline(0, color="0.4", linewidth=0.8)
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_xlabel("share of the repeat at the slow speed (probe on the engine's vCPU)")
+    ax.set_ylabel("step time: % from its cell's median")
+    fig.supxlabel(plots.caption(shared), fontsize="small", color="0.25")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize="x-small")
+    return fig
+
+
 def vcpu_survey_chart(survey: pd.DataFrame,
                       title: str = "The same Python on each vCPU, alone") -> Figure:
     """The CPU probe's time on every vCPU (:func:`specdec.worker.vcpu_survey`), one panel per

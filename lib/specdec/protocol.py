@@ -437,23 +437,34 @@ def host_bound(reps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def vcpu_speed_fit(reps: pd.DataFrame, two: dict) -> pd.DataFrame:
-    """How a method's step time follows the speed of its engine's vCPU (lease 10 on: the CPU
-    probe on that vCPU, every second sample, its mean over the repeat). Each repeat's slow
-    share is where that mean lies between the two speeds a vCPU survey found (``two``:
-    :func:`two_speeds`; 0 all fast, 1 all slow, clipped). Per method and runner, a least-squares
-    line of the step time relative to its cell's median against that share: its slope is how
-    much slower a step is on a slow vCPU than on a fast one (``slow_over_fast``, from the
-    line's two ends), with Pearson's r and the share's range over the repeats."""
-    cols = ["method", "runner", "repeats", "slow_share_min", "slow_share_max", "r",
-            "slow_over_fast"]
-    if not two or "engine_vcpu_probe_us" not in reps or not np.isfinite(two.get("slow_us", np.nan)):
-        return pd.DataFrame(columns=cols)
+def slow_share(reps: pd.DataFrame, survey: pd.DataFrame) -> pd.DataFrame:
+    """The repeats that carry the CPU probe on the engine's own vCPU (lease 10 on: every second
+    sample, its mean over the repeat), each with its ``slow_share``: where that mean lies
+    between the two speeds its lease's vCPU survey found (:func:`two_speeds`; 0 all fast, 1 all
+    slow, clipped)."""
+    if "engine_vcpu_probe_us" not in reps:
+        return reps.iloc[0:0].assign(slow_share=[])
     d = reps.dropna(subset=["engine_vcpu_probe_us", "step_rel"])
-    share = ((d["engine_vcpu_probe_us"] - two["fast_us"]) / (two["slow_us"] - two["fast_us"]))
-    d = d.assign(slow_share=share.clip(0.0, 1.0))
+    out = []
+    for lease, g in d.groupby("lease_id"):
+        two = two_speeds(survey[survey["lease_id"] == lease])
+        if not two or not np.isfinite(two["slow_us"]):
+            continue
+        share = (g["engine_vcpu_probe_us"] - two["fast_us"]) / (two["slow_us"] - two["fast_us"])
+        out.append(g.assign(slow_share=share.clip(0.0, 1.0)))
+    return pd.concat(out) if out else d.iloc[0:0].assign(slow_share=[])
+
+
+def vcpu_speed_fit(shared: pd.DataFrame) -> pd.DataFrame:
+    """How a method's step time follows the speed of its engine's vCPU: per method and
+    runner, over :func:`slow_share`'s repeats, a least-squares line of the step time relative
+    to its cell's median against the repeat's slow share. ``slow_over_fast``: how much longer
+    a step is on an all-slow vCPU than on an all-fast one, from the line's two ends
+    (``rel_at_fast``, ``rel_at_slow``); Pearson's r; the share's range over the repeats."""
+    cols = ["method", "runner", "repeats", "slow_share_min", "slow_share_max", "r",
+            "rel_at_fast", "rel_at_slow", "slow_over_fast"]
     rows = []
-    for (method, runner), g in d.groupby(["method", "runner"]):
+    for (method, runner), g in shared.groupby(["method", "runner"]):
         if len(g) < 5 or g["slow_share"].std() == 0:
             continue
         slope, icpt = np.polyfit(g["slow_share"], g["step_rel"], 1)
@@ -461,6 +472,7 @@ def vcpu_speed_fit(reps: pd.DataFrame, two: dict) -> pd.DataFrame:
                      "slow_share_min": float(g["slow_share"].min()),
                      "slow_share_max": float(g["slow_share"].max()),
                      "r": float(np.corrcoef(g["slow_share"], g["step_rel"])[0, 1]),
+                     "rel_at_fast": float(icpt), "rel_at_slow": float(icpt + slope),
                      "slow_over_fast": float((1 + icpt + slope) / (1 + icpt))})
     return pd.DataFrame(rows, columns=cols)
 
