@@ -506,9 +506,13 @@ def test_protocol2_engine_that_cannot_finish_is_not_started(setup):
     two = runner.plan(prof, ["a"])[:2]  # the baseline engine: b1 and b2
     # start + 3 s warm-up per batch size + cells x repeats x max(min_repeat_s, 1) x 1.25
     assert runner.engine_estimate_s(prof, two) == pytest.approx(80 + 6 + 2 * 3 * 2.5)
-    res = _run(setup, experiments=["a"], budget_s=100)
+    # not even one cell fits: 80 + 3 + 1 x 5 x 2.5 = 95.5 s
+    res = _run(setup, experiments=["a"], budget_s=90)
     assert len(res["deferred"]) == 6 and not res["ok"] and not res["failed"]
     assert not (setup["results"] / "fake").exists() or not any((setup["results"] / "fake").iterdir())
+    # one cell fits, two do not: the engine starts with its first cell, the rest stay pending
+    assert [pc.cell_id for pc in runner.cells_that_fit(prof, two, 100)] == [two[0].cell_id]
+    assert runner.cells_that_fit(prof, two, 90) == [] and runner.cells_that_fit(prof, two, 200) == two
 
 
 def test_host_shares_stay_within_0_and_100_when_iowait_steps_back():

@@ -171,6 +171,22 @@ def engine_estimate_s(profile: Profile, cells: Sequence[PlannedCell], start_s: f
     return start_s + 3.0 * len(shapes) + len(distinct) * profile.repeats * per_repeat
 
 
+def cells_that_fit(profile: Profile, cells: Sequence[PlannedCell], left: float
+                   ) -> list[PlannedCell]:
+    """The longest run of an engine's cells, in its measuring order, whose
+    :func:`engine_estimate_s` fits in ``left`` seconds, its control-panel cells always among
+    them; empty where not even one more cell fits."""
+    panel = [pc for pc in cells if pc.panel_phase is not None]
+    others = [pc for pc in cells if pc.panel_phase is None]
+    best: list[PlannedCell] = []
+    for n in range(1, len(others) + 1):
+        if engine_estimate_s(profile, panel + others[:n]) > left:
+            break
+        best = others[:n]
+    keep = set(map(id, panel + best))
+    return [pc for pc in cells if id(pc) in keep] if best else []
+
+
 def plan(profile: Profile, experiments: Sequence[str] | None = None, force: bool = False,
          results_root: Path | None = None, cells: Sequence[str] | None = None) -> list[PlannedCell]:
     """The cells of the chosen experiments (and, if given, whose id matches a ``cells`` glob)."""
@@ -420,7 +436,18 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
             if budget_s is not None:
                 left = budget_s - (time.perf_counter() - t_start)
                 need = engine_estimate_s(profile, cells) if profile.protocol.interleaved else min_engine_s
-                if left < need:
+                fit = (cells_that_fit(profile, cells, left)
+                       if left < need and profile.protocol.interleaved else None)
+                if fit:
+                    # what fits of this engine now, the rest stays pending (lease 10: whole
+                    # engines were deferred with minutes left)
+                    rest = [pc for pc in cells if id(pc) not in set(map(id, fit))]
+                    result["deferred"] += [pc.cell_id for pc in rest]
+                    bar.write(f"[{method} K={k}] {len(fit)} of {len(cells)} cells fit in the "
+                              f"{left:.0f}s left; the rest stay pending")
+                    bar.update(len(rest))
+                    cells = fit
+                elif left < need:
                     result["deferred"] += [pc.cell_id for pc in cells]
                     bar.write(f"[{method} K={k}] deferred: {left:.0f}s of the budget left, "
                               f"{need:.0f}s needed")
