@@ -125,6 +125,21 @@ def _figure(title: str, df: pd.DataFrame, xlabel: str, ylabel: str):
     return fig, ax
 
 
+def figure(title: str, size: tuple[float, float], ncols: int = 1, sharey: bool = False):
+    """A themed, titled figure of ``ncols`` panels side by side: (figure, list of axes)."""
+    set_theme()
+    fig = Figure(figsize=size, layout="constrained")
+    axes = fig.subplots(1, ncols, sharey=sharey, squeeze=False)[0]
+    fig.suptitle(title)
+    return fig, list(axes)
+
+
+def lease_order(lease: str) -> tuple:
+    """A lease id's place in time: ``2026-12-03-h200-10`` after ``2026-12-03-h200-9``."""
+    head, _, n = lease.rpartition("-")
+    return (head, int(n)) if n.isdigit() else (lease, 0)
+
+
 def _no_data(ax, what: str = "no data") -> None:
     ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center",
             fontsize="large", color="0.4")

@@ -114,13 +114,11 @@ def dynamic_k(df: pd.DataFrame | None, alpha: float,
 
     Input: :func:`surface.dynamic_vs_fixed` rows. All three are measured.
     """
-    plots.set_theme()
     d = None if df is None else df[df["acceptance_alpha"] == alpha]
     methods = sorted(d["method"].unique()) if d is not None and len(d) else []
     n = max(len(methods), 1)
-    fig = Figure(figsize=(4.4 * n + 1.8, 3.6), layout="constrained")
-    axes = list(fig.subplots(1, n, sharey=True, squeeze=False).flat)
-    fig.suptitle(f"{title} (set α = {alpha:g})")
+    fig, axes = plots.figure(f"{title} (set α = {alpha:g})", (4.4 * n + 1.8, 3.6), ncols=n,
+                             sharey=True)
     fig.supxlabel(f"batch size\n{plots.caption(d) if d is not None and len(d) else ''}",
                   fontsize="small", color="0.25")
     fig.supylabel(plots.SPEEDUP_LABEL, fontsize="small")
@@ -152,10 +150,7 @@ def panel_chart(table: pd.DataFrame, metric: str = "step_ms",
     """A control chart: each panel cell's ``metric`` relative to its first measurement, one
     point per lease and phase (start, end) in time order, one line per cell; the band is the
     protocol's ±3 % agreement."""
-    plots.set_theme()
-    fig = Figure(figsize=(8.0, 3.8), layout="constrained")
-    ax = fig.subplots()
-    fig.suptitle(title)
+    fig, (ax,) = plots.figure(title, (8.0, 3.8))
     if table is None or table.empty:
         plots._no_data(ax, "no control panel measured yet")
         return fig
@@ -183,10 +178,7 @@ def stability_by_method(cells: pd.DataFrame, threshold: float = 0.03,
                         title: str = "How much a cell's repeats vary") -> Figure:
     """Each cell's coefficient of variation over its repeats (throughput and step time), by
     method and runner; the line is the protocol's 3 % limit."""
-    plots.set_theme()
-    fig = Figure(figsize=(8.0, 3.6), layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)
-    fig.suptitle(title)
+    fig, axes = plots.figure(title, (8.0, 3.6), ncols=2, sharey=True)
     if cells is None or cells.empty:
         plots._no_data(axes[0])
         return fig
@@ -211,10 +203,7 @@ def host_bound_chart(reps: pd.DataFrame,
     repeat, one colour per method and runner: a step that waits on the host slows as the GPU
     idles, and a V2 step whose host work is hidden behind the GPU's slows once the engine's
     core runs out of CPU time to hide it in."""
-    plots.set_theme()
-    fig = Figure(figsize=(8.0, 3.8), layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)
-    fig.suptitle(title)
+    fig, axes = plots.figure(title, (8.0, 3.8), ncols=2, sharey=True)
     d = reps.dropna(subset=["gpu_util_pct"]) if reps is not None and len(reps) else None
     if d is None or d.empty:
         plots._no_data(axes[0], "no repeat carries the host's stamps yet")
@@ -246,10 +235,7 @@ def vcpu_speed_chart(shared: pd.DataFrame, fit: pd.DataFrame,
     one colour per method and runner, with each method's least-squares line
     (:func:`specdec.protocol.vcpu_speed_fit`): a step whose host work waits on the CPU rises
     with the share; one whose host work is hidden behind the GPU's stays flat."""
-    plots.set_theme()
-    fig = Figure(figsize=(6.4, 3.8), layout="constrained")
-    ax = fig.subplots()
-    fig.suptitle(title)
+    fig, (ax,) = plots.figure(title, (6.4, 3.8))
     if shared is None or shared.empty:
         plots._no_data(ax, "no repeat carries the probe on the engine's vCPU yet")
         return fig
@@ -277,13 +263,12 @@ def vcpu_survey_chart(survey: pd.DataFrame,
     """The CPU probe's time on every vCPU (:func:`specdec.worker.vcpu_survey`), one panel per
     survey (lease and phase), one point per pass over the vCPUs: two speeds on any vCPU,
     changing from one pass to the next, is a host that shares its cores with other work."""
-    plots.set_theme()
     order = {"start": 0, "end": 1}
     groups = (sorted(survey.groupby(["lease_id", "panel_phase"]),
-                     key=lambda x: (x[0][0], order.get(x[0][1], 2))) if len(survey) else [])
-    fig = Figure(figsize=(4.0 * max(len(groups), 1) + 0.6, 3.4), layout="constrained")
-    axes = fig.subplots(1, max(len(groups), 1), sharey=True, squeeze=False)[0]
-    fig.suptitle(title)
+                     key=lambda x: (plots.lease_order(x[0][0]), order.get(x[0][1], 2)))
+              if len(survey) else [])
+    fig, axes = plots.figure(title, (4.0 * max(len(groups), 1) + 0.6, 3.4),
+                             ncols=max(len(groups), 1), sharey=True)
     if not groups:
         plots._no_data(axes[0], "no vCPU survey stored yet")
         return fig
