@@ -120,7 +120,8 @@ def _leases_of(name: str, runs: pd.DataFrame, entries: list[dict]) -> list[str]:
         names = e["profile"] if isinstance(e["profile"], list) else [e["profile"]]
         if name in names and len(rest) and _inside(rest, e).any():
             found.add(str(e["lease"]))
-    return sorted(found)
+    order = {str(e["lease"]): i for i, e in enumerate(entries)}  # leases.yaml is in time order
+    return sorted(found, key=lambda lease: (order.get(lease, len(order)), lease))
 
 
 def _one_line(text: str) -> str:
