@@ -101,7 +101,7 @@ SLOW_FIRST = ["test_training_vllm.py", "test_notebooks.py", "test_book.py", "tes
               "test_claims.py"]
 #: Modules whose tests share no module-scoped fixture: each test is a unit of its own, and
 #: they come last, to fill the end of the run on whichever worker is free (the runner's and
-#: regeneration's tests start fake engines: 5-30 s each, 4 min in all).
+#: regeneration's tests start fake engines: a few seconds each, under 3 min in all).
 PER_TEST_LAST = ["test_runner.py", "test_regenerate.py", "test_chapters.py",
                  "test_comparability.py", "test_readme.py"]
 #: Tests that are a unit of their own, apart from the rest of their module.
