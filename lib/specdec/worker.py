@@ -319,19 +319,25 @@ class HostCounters:
         return out
 
 
-def _reset_peak(worker) -> None:
-    import torch
+def _cuda_torch():
+    """torch where this process has imported it and CUDA is available, else None. A process
+    that never imported torch has no CUDA memory to read (vLLM's worker always has it), so
+    this does not import it (the tests' fake engines start without torch)."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and torch.cuda.is_available() else None
 
-    if torch.cuda.is_available():
+
+def _reset_peak(worker) -> None:
+    torch = _cuda_torch()
+    if torch is not None:
         torch.cuda.reset_peak_memory_stats()
 
 
 def _peak_bytes(worker) -> int:
     """Peak memory of the engine's worker process: CUDA max allocated where a GPU is used,
     else the process's RSS high-water mark (Linux reports ru_maxrss in KiB)."""
-    import torch
-
-    if torch.cuda.is_available():
+    torch = _cuda_torch()
+    if torch is not None:
         return int(torch.cuda.max_memory_allocated())
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
