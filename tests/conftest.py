@@ -120,7 +120,7 @@ def work_unit(nodeid: str) -> str:
     return f"{head}/{WITH[name]}" if name in WITH else path
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # absent without xdist (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     """--dist loadfile, with the units of :func:`work_unit` instead of plain modules."""
     if config.getvalue("dist") != "loadfile":
