@@ -115,18 +115,17 @@ def _distinct(df: pd.DataFrame, col: str) -> list[str]:
 
 
 def _figure(title: str, df: pd.DataFrame, xlabel: str, ylabel: str):
-    set_theme()
-    fig = Figure(layout="constrained")
-    ax = fig.add_subplot()
-    fig.suptitle(title)
+    fig, (ax,) = figure(title)
     ax.set_title(caption(df), fontsize="x-small", color="0.35", loc="left")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     return fig, ax
 
 
-def figure(title: str, size: tuple[float, float], ncols: int = 1, sharey: bool = False):
-    """A themed, titled figure of ``ncols`` panels side by side: (figure, list of axes)."""
+def figure(title: str, size: tuple[float, float] | None = None, ncols: int = 1,
+           sharey: bool = False):
+    """A themed, titled figure of ``ncols`` panels side by side (``size``: matplotlib's default
+    where None): (figure, list of axes)."""
     set_theme()
     fig = Figure(figsize=size, layout="constrained")
     axes = fig.subplots(1, ncols, sharey=sharey, squeeze=False)[0]

@@ -436,23 +436,21 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
             if budget_s is not None:
                 left = budget_s - (time.perf_counter() - t_start)
                 need = engine_estimate_s(profile, cells) if profile.protocol.interleaved else min_engine_s
-                fit = (cells_that_fit(profile, cells, left)
-                       if left < need and profile.protocol.interleaved else None)
-                if fit:
-                    # what fits of this engine now, the rest stays pending (lease 10: whole
-                    # engines were deferred with minutes left)
-                    rest = [pc for pc in cells if id(pc) not in set(map(id, fit))]
+                if left < need:
+                    # what fits of this engine now, the rest stays pending (lease 10 deferred
+                    # whole engines with minutes left)
+                    fit = cells_that_fit(profile, cells, left) if profile.protocol.interleaved else []
+                    kept = set(map(id, fit))
+                    rest = [pc for pc in cells if id(pc) not in kept]
                     result["deferred"] += [pc.cell_id for pc in rest]
+                    bar.update(len(rest))
+                    if not fit:
+                        bar.write(f"[{method} K={k}] deferred: {left:.0f}s of the budget left, "
+                                  f"{need:.0f}s needed")
+                        continue
                     bar.write(f"[{method} K={k}] {len(fit)} of {len(cells)} cells fit in the "
                               f"{left:.0f}s left; the rest stay pending")
-                    bar.update(len(rest))
                     cells = fit
-                elif left < need:
-                    result["deferred"] += [pc.cell_id for pc in cells]
-                    bar.write(f"[{method} K={k}] deferred: {left:.0f}s of the budget left, "
-                              f"{need:.0f}s needed")
-                    bar.update(len(cells))
-                    continue
                 budget_cut = left < limit
                 limit = min(limit, left)
 
