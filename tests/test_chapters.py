@@ -1,5 +1,6 @@
 """Chapter helpers (specdec.chapters): what the chapters show, computed from rows and data."""
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -147,6 +148,21 @@ def test_measured_break_even_without_rows(tmp_path):
     sentence, table = chapters.measured_break_even("h200-surface", 4, results_root=tmp_path)
     assert sentence == "No rows of `h200-surface` are stored yet." and table.empty
 
+
+
+def test_measured_break_even_of_a_protocol_2_campaign_reads_cost():
+    """h200-surface-v2 (measuring protocol 2) is read from cost on the runner users get,
+    the pinned controls left out."""
+    from specdec import protocol
+
+    sentence, table = chapters.measured_break_even("h200-surface-v2", 4)
+    be = protocol.break_even(protocol.users_speedups("h200-surface-v2")[0], 4)
+    assert sorted(table.index) == sorted(be["method"].unique())
+    assert not {"eagle3-v1", "draft-1b-inproc"} & set(table.index)
+    assert table.loc["eagle3", "batch 1"] == pytest.approx(
+        be.set_index(["method", "batch_size"]).loc[("eagle3", 1), "break_even_alpha"])
+    assert chapters.measured_break_even("h200-surface-v2", 4, results_root=Path("/nonexistent"))[0] \
+        == "No rows of `h200-surface-v2` are stored yet."
 
 def test_best_k_summary_names_the_fastest_configuration():
     best = chapters.best_k_table(_summary())

@@ -70,7 +70,34 @@ def test_prediction_between_measured_alphas():
     row = check.iloc[0]
     assert row["predicted"] == pytest.approx(theory.expected_tokens_per_step(0.9, 4) * 6.0 / 7.4)
     assert row["error"] == pytest.approx(1.05 - 1, rel=1e-6) and not row["within"]
+    by = protocol.between_by_method(check, pd.Series({"eagle3": 0.08})).iloc[0]
+    assert (by["checks"], by["within_tolerance"], by["within_spread"]) == (1, 0, 1)
+    by = protocol.between_by_method(check, pd.Series({"eagle3": 0.02})).iloc[0]
+    assert by["within_spread"] == 0 and by["largest_error"] == pytest.approx(0.05, rel=1e-6)
 
+
+
+def test_break_even_reads_the_cost_where_the_speedup_reaches_one():
+    """Step 6 ms plain, 9 ms speculative at every alpha: the speedup from cost is E(a, 4)
+    * 6 / 9, which reaches 1 where E = 1.5, a little above alpha 1/3; the figure's rows carry
+    that speedup and flag the unstable cell."""
+    rows = _rows("baseline", 0, None, 6.0, 1.0)
+    for a in (0.0, 0.5, 1.0):
+        rows += _rows("eagle3", 4, a, 9.0, theory.expected_tokens_per_step(a, 4),
+                      jitter=0.05 if a == 0.5 else 0.0)
+    sp = protocol.speedups(protocol.cells(pd.DataFrame(rows)))
+    be = protocol.break_even(sp, 4).iloc[0]
+    grid = [a / 100 for a in range(101)]
+    expect = next(a for a in grid if theory.expected_tokens_per_step(a, 4) * 6 / 9 >= 1)
+    assert be["break_even_alpha"] == pytest.approx(expect) and not be["pays_from_lowest"]
+    assert be["alpha_low"] <= be["break_even_alpha"] <= be["alpha_high"]
+    surf = protocol.surface_rows(sp, 4).set_index("acceptance_alpha")
+    assert surf.loc[1.0, "speedup"] == pytest.approx(5 * 6 / 9)
+    assert list(surf["unstable"]) == [False, True, False]
+    never = protocol.speedups(protocol.cells(pd.DataFrame(
+        _rows("baseline", 0, None, 6.0, 1.0) + [r for a in (0.0, 1.0) for r in _rows(
+            "eagle3", 4, a, 60.0, theory.expected_tokens_per_step(a, 4))])))
+    assert pd.isna(protocol.break_even(never, 4).iloc[0]["break_even_alpha"])
 
 def test_panel_drift_between_leases():
     rows = []

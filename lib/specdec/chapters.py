@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from . import book, comparability, findings, metrics, model_configs, store, surface, theory
-from .profiles import ProfileError, load_profile
+from .profiles import ProfileError, load_profile, measure_version
 
 
 # --------------------------------------------------------------------------- #
@@ -275,19 +275,28 @@ def measured_break_even(profile: str = "h200-surface", k: int = 4,
     """The set acceptance at which each method starts to pay at ``k``, read off a stored
     speedup surface (:func:`surface.break_even`): (a sentence, a method x batch table).
 
-    The sentence orders the methods from the least demanding to the most; the table is
-    empty where the profile has no rows.
+    A campaign of measuring protocol 2 (issue 19) is read from cost, each method on the
+    runner users get (:func:`specdec.protocol.break_even`). The sentence orders the methods
+    from the least demanding to the most; the table is empty where the profile has no rows.
     """
-    table = surface_table(profile, results_root)
-    if table is None:
+    if measure_version(load_profile(profile)) >= 2:
+        from . import protocol
+
+        users = protocol.users_speedups(profile, Path(results_root) if results_root else None)
+        be = protocol.break_even(users[0], k) if users is not None else None
+    else:
+        table = surface_table(profile, results_root)
+        be = surface.break_even(table[table["num_speculative_tokens"].isin([0, k])]) \
+            if table is not None else None
+    if be is None:
         return f"No rows of `{profile}` are stored yet.", pd.DataFrame()
-    be = surface.break_even(table[table["num_speculative_tokens"].isin([0, k])])
     if be.empty:
         return f"No rows of `{profile}` at K = {k} give a break-even acceptance yet.", \
             pd.DataFrame()
     by_method = be.groupby("method")["break_even_alpha"].agg(["min", "max"]).sort_values("min")
     sentence = ("From the least demanding method to the most: "
-                + "; ".join(f"{m} α ≈ {r['min']:.2f} to {r['max']:.2f}"
+                + "; ".join(f"{m} α ≈ {r['min']:.2f}" + (f" to {r['max']:.2f}" if r["max"] > r["min"]
+                                                          else "")
                             for m, r in by_method.iterrows())
                 + " (over the batch sizes measured; measured cost at a set acceptance).")
     pivot = be.pivot_table(index="method", columns="batch_size", values="break_even_alpha")

@@ -25,7 +25,7 @@ from .profiles import BASELINE, ProfileError, load_profile
 #: Methods with a fixed colour (index into the palette); others are placed by a hash of the name.
 #: The baseline is always grey, so it takes no palette slot.
 KNOWN_METHODS = ("ngram", "suffix", "draft-self", "draft-trunc-8", "draft-trunc-16",
-                 "draft_model", "eagle", "eagle3", "medusa")
+                 "draft_model", "eagle", "eagle3", "medusa", "draft-1layer", "draft-1b")
 #: Columns that, when they vary inside one figure's data, split a method into several lines.
 VARIANT_COLUMNS = ("profile", "workload", "batch_size", "num_speculative_tokens", "temperature",
                    "compilation", "acceptance_alpha")

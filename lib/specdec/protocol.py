@@ -182,6 +182,23 @@ def predicted_between(speedup_df: pd.DataFrame, measured_alphas: Sequence[float]
     return pd.DataFrame(rows)
 
 
+def between_by_method(check: pd.DataFrame, spread: pd.Series) -> pd.DataFrame:
+    """:func:`predicted_between` per method: how many checks fall within
+    :data:`PREDICTION_TOLERANCE`, the largest error, and how many fall within the method's
+    panel spread (:func:`method_spread`). The prediction reads cells of another lease, so for
+    a method whose step moves with the host (the V1 draft) the spread, not the reading, bounds
+    the error: a check outside the tolerance but inside the spread says nothing against it."""
+    rows = []
+    for method, g in check.groupby("method"):
+        s = spread.get(method, np.nan)
+        err = g["error"].abs()
+        rows.append({"method": method, "runner": g["runner"].iloc[0], "checks": len(g),
+                     "within_tolerance": int((err <= PREDICTION_TOLERANCE).sum()),
+                     "largest_error": float(err.max()), "panel_spread": s,
+                     "within_spread": int((err <= s).sum()) if pd.notna(s) else None})
+    return pd.DataFrame(rows)
+
+
 # --------------------------------------------------------------------------- #
 # The control panel
 # --------------------------------------------------------------------------- #
@@ -300,6 +317,45 @@ def read_at(speedup_df: pd.DataFrame, method: str, alpha: float, k: int, batch: 
             "speedup_cost_ci_high": e * base_hi / lo}
 
 
+def surface_rows(speedup_df: pd.DataFrame, k: int = 4,
+                 threshold: float = stats.CV_THRESHOLD) -> pd.DataFrame:
+    """The K = ``k`` surface as the surface figures draw it (:func:`specdec.plots_surface.
+    speedup_vs_alpha`): each measured set-acceptance cell with its speedup read from cost as
+    ``speedup`` (and interval), ``unstable`` where its CV stayed above ``threshold``."""
+    d = speedup_df[(speedup_df["num_speculative_tokens"] == k)
+                   & speedup_df["acceptance_alpha"].notna()].dropna(subset=["speedup_cost"])
+    return d.assign(speedup=d["speedup_cost"], speedup_ci_low=d["speedup_cost_ci_low"],
+                    speedup_ci_high=d["speedup_cost_ci_high"],
+                    unstable=d["tok_s_cv"] > threshold)
+
+
+def break_even(speedup_df: pd.DataFrame, k: int = 4, step: float = 0.01) -> pd.DataFrame:
+    """Per method and batch: the least set acceptance at which the speedup read from cost
+    (:func:`read_at`) reaches 1, on a grid of ``step``; ``alpha_low`` and ``alpha_high`` where
+    the upper and the lower end of its interval reach 1 (NaN where it never does within the
+    measured alphas). Where it pays from the lowest measured alpha, ``pays_from_lowest``."""
+    d = speedup_df[(speedup_df["num_speculative_tokens"] == k)
+                   & speedup_df["acceptance_alpha"].notna()]
+    rows = []
+    for (method, batch), g in d.groupby(["method", "batch_size"]):
+        measured = sorted(g["acceptance_alpha"].unique())
+        if len(measured) < 2:
+            continue
+        grid = np.arange(measured[0], measured[-1] + step / 2, step)
+        reads = [read_at(speedup_df, method, float(a), k, int(batch)) for a in grid]
+
+        def first(col):
+            hit = [a for a, r in zip(grid, reads) if r is not None and r[col] >= 1.0]
+            return float(hit[0]) if hit else np.nan
+
+        a = first("speedup_cost")
+        rows.append({"method": method, "runner": reads[0]["runner"], "batch_size": int(batch),
+                     "break_even_alpha": a, "alpha_low": first("speedup_cost_ci_high"),
+                     "alpha_high": first("speedup_cost_ci_low"),
+                     "pays_from_lowest": bool(a == grid[0])})
+    return pd.DataFrame(rows)
+
+
 def method_spread(table: pd.DataFrame, metric: str = "step_ms") -> pd.Series:
     """Per method, the largest relative difference of ``metric`` between any two panel
     measurements of the same cell (leases and phases): how far a repeat of the method's
@@ -344,20 +400,18 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
-def answer(profile: str, published: pd.DataFrame, results_root: Path | None = None,
-           panels: Path | None = None, runs: pd.DataFrame | None = None,
-           panel_runs: pd.DataFrame | None = None, **table_args) -> pd.DataFrame | None:
-    """:func:`answer_table` of a protocol-2 campaign from its stored rows and panels (or the
-    ``runs`` and ``panel_runs`` a chapter has already read), at the ``published`` acceptance
-    (:func:`specdec.claims.published.table`): the table the protocol chapter and the
-    conclusions open with; None where the campaign has no rows."""
+def users_speedups(profile: str, results_root: Path | None = None, panels: Path | None = None,
+                   runs: pd.DataFrame | None = None,
+                   panel_runs: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.Series] | None:
+    """The :func:`speedups` of what users run in a protocol-2 campaign (a method that pins a
+    setting, its own env or engine arguments, is a control, not an answer), from its stored
+    rows and panels (or the ``runs`` and ``panel_runs`` a chapter has already read), with each
+    method's panel spread (:func:`method_spread`); None where the campaign has no rows."""
     from .profiles import load_profile
 
     runs = store.load_runs(profile, results_root) if runs is None else runs
     if runs.empty:
         return None
-    # What users run: a method that pins a setting (its own env or engine arguments) is a
-    # control, not an answer.
     pinned = {m.name for m in load_profile(profile).methods
               if (m.env or m.engine_args) and m.speculative}
     runs = runs[~runs["method"].isin(pinned)]
@@ -365,7 +419,17 @@ def answer(profile: str, published: pd.DataFrame, results_root: Path | None = No
     panel_cells = cells(panel_runs) if len(panel_runs) else None
     spread = (method_spread(panel_table(panel_cells)) if panel_cells is not None
               else pd.Series(dtype=float))
-    return answer_table(speedups(cells(runs), panel_cells), spread, published, **table_args)
+    return speedups(cells(runs), panel_cells), spread
+
+
+def answer(profile: str, published: pd.DataFrame, results_root: Path | None = None,
+           panels: Path | None = None, runs: pd.DataFrame | None = None,
+           panel_runs: pd.DataFrame | None = None, **table_args) -> pd.DataFrame | None:
+    """:func:`answer_table` of a protocol-2 campaign (:func:`users_speedups`) at the
+    ``published`` acceptance (:func:`specdec.claims.published.table`): the table the protocol
+    chapter and the conclusions open with; None where the campaign has no rows."""
+    users = users_speedups(profile, results_root, panels, runs, panel_runs)
+    return None if users is None else answer_table(*users, published, **table_args)
 
 
 def host_evidence(runs: pd.DataFrame) -> dict:
