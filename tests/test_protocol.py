@@ -60,6 +60,22 @@ def test_last_attempt_replaces_an_unstable_first_measurement():
     assert len(protocol.flagged(unstable)) == 1
 
 
+
+def test_remeasures_count_the_second_attempts_that_came_under_the_limit():
+    rows = (_rows("baseline", 0, None, 6.0, 1.0, jitter=0.1, lease="L")
+            + _rows("baseline", 0, None, 6.0, 1.0, attempt=1, lease="L")
+            + _rows("draft-1b", 4, 0.8, 9.0, 3.0, jitter=0.1, lease="L")
+            + _rows("draft-1b", 4, 0.8, 9.0, 3.0, jitter=0.08, attempt=1, lease="L")
+            + _rows("eagle3", 4, 0.8, 7.0, 3.0, jitter=0.1, lease="L"))
+    # the same measurement stored twice (a panel copy) counts once
+    rows += [dict(r, panel_phase="start") for r in rows if r["method"] == "draft-1b"]
+    again = protocol.remeasures(pd.DataFrame(rows)).set_index("method")
+    assert list(again.index) == ["baseline", "draft-1b"]  # eagle3 was measured once
+    assert (again.loc["baseline", "remeasured"], again.loc["baseline", "came_under"]) == (1, 1)
+    assert (again.loc["draft-1b", "remeasured"], again.loc["draft-1b", "came_under"]) == (1, 0)
+    assert again.loc["draft-1b", "cv_second"] < again.loc["draft-1b", "cv_first"]
+    assert protocol.remeasures(pd.DataFrame(rows[:5])).empty
+
 def test_prediction_between_measured_alphas():
     rows = _rows("baseline", 0, None, 6.0, 1.0)
     for a, step in [(0.5, 7.0), (0.8, 7.3), (1.0, 7.5), (0.9, 7.4 * 1.05)]:

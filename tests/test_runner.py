@@ -381,6 +381,33 @@ def test_protocol2_interleaves_repeats_and_records_steps(setup, tmp_path, monkey
     assert runs["host_probe_us"].isna().all() and runs["gpu_uuid"].isna().all()
 
 
+
+def test_protocol2_measures_unstable_cells_again_except_the_skipped_methods(setup):
+    """A cell above remeasure_cv gets a second attempt in its engine; the cells of a method in
+    remeasure_skip keep their one attempt, and the skip leaves the cells' ids unchanged."""
+    from specdec import profiles
+
+    def skip(methods):
+        prof = yaml.safe_load(open(setup["profile"]))
+        prof["protocol"]["remeasure_skip"] = methods
+        open(setup["profile"], "w").write(yaml.safe_dump(prof))
+
+    _protocol2(setup, remeasure_cv=1e-9)  # every fake cell varies by more than that
+    before = {profiles.cell_id(profiles.load_profile(setup["profile"]), c)
+              for c in profiles.expand(profiles.load_profile(setup["profile"]), ["a"])}
+    skip(["ngram"])
+    prof = profiles.load_profile(setup["profile"])
+    assert {profiles.cell_id(prof, c) for c in profiles.expand(prof, ["a"])} == before
+    res = _run(setup, experiments=["a"])
+    assert len(res["ok"]) == 6 and not res["failed"]
+    runs = store.load_runs("fake", setup["results"])
+    attempts = runs.groupby("method")["attempt"].agg(lambda a: sorted(set(a)))
+    assert attempts["ngram"] == [0]
+    assert attempts["baseline"] == [0, 1] and attempts["ngram-pinned"] == [0, 1]
+    skip(["nope"])
+    with pytest.raises(profiles.ProfileError, match=r"remeasure_skip: no method named 'nope'"):
+        profiles.load_profile(setup["profile"])
+
 def test_host_counters_count_the_engine_core_process():
     """engine_cpu_s counts the descendants of the measuring process (vLLM's engine core)."""
     import subprocess

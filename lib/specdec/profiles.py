@@ -278,6 +278,11 @@ class Protocol(_Schema):
     version: Literal[1, 2] = 1
     min_repeat_s: NonNegativeFloat = 0.0
     remeasure_cv: float | None = Field(None, gt=0.0)
+    #: Methods whose cells are not measured again: their variation comes from the host, and a
+    #: second attempt in the same engine has not brought one of them under ``remeasure_cv``
+    #: (the profile says with what evidence). Flagged at once; the time goes to other cells.
+    #: Not part of a cell's configuration hash: it decides how often, not what, is measured.
+    remeasure_skip: list[str] = []
     #: Cells of the profile measured at the start and the end of every lease (issue 19's
     #: control panel): cell ids of ``panel`` experiment's grid.
     panel_experiment: str | None = None
@@ -355,6 +360,9 @@ def _check_references(p: Profile) -> None:
             p.protocol.panel_experiment not in {e.name for e in p.experiments}:
         raise ProfileError(f"protocol.panel_experiment: no experiment named "
                            f"{p.protocol.panel_experiment!r}")
+    for m in p.protocol.remeasure_skip:
+        if m not in {x.name for x in p.methods}:
+            raise ProfileError(f"protocol.remeasure_skip: no method named {m!r}")
     for i, e in enumerate(p.experiments):
         where = f"experiments[{i}]"
         for m in e.methods:
@@ -535,7 +543,9 @@ def cell_config(profile: Profile, cell: Cell) -> dict[str, Any]:
         # Only where set, so that the cells stored before these fields keep their hash.
         **({"method_env": dict(m.env)} if m.env else {}),
         **({"engine_args": dict(m.engine_args)} if m.engine_args else {}),
-        **({"protocol": profile.protocol.model_dump()} if profile.protocol != Protocol() else {}),
+        **({"protocol": profile.protocol.model_dump(exclude={"remeasure_skip"})}
+           if profile.protocol.model_dump(exclude={"remeasure_skip"}) != Protocol().model_dump(
+               exclude={"remeasure_skip"}) else {}),
     }
 
 

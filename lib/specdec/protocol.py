@@ -283,6 +283,27 @@ def panel_drift(table: pd.DataFrame, metric: str = "step_ms") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def remeasures(runs: pd.DataFrame, threshold: float = stats.CV_THRESHOLD) -> pd.DataFrame:
+    """Per method, the cells measured a second time (campaign and panels alike) and how many
+    of those came under ``threshold`` at the second attempt, with the median throughput CV of
+    each attempt: whether measuring again helps (a host-bound variation stays)."""
+    # a panel cell that is also a campaign cell is stored twice, measured once
+    keys = [c for c in ("lease_id", "cell_id", "method") if c in runs]
+    ok = runs[runs["status"] == "ok"].drop_duplicates(keys + ["attempt", "repeat",
+                                                              "output_tokens_per_s"])
+    cv = (ok.groupby(keys + ["attempt"], dropna=False)["output_tokens_per_s"]
+          .agg(lambda x: float(np.std(x, ddof=1) / np.mean(x)) if len(x) > 1 else np.nan)
+          .unstack("attempt"))
+    if 1 not in cv:
+        return pd.DataFrame(columns=["method", "remeasured", "came_under", "cv_first", "cv_second"])
+    again = cv[cv[1].notna()].reset_index()
+    return (again.groupby("method")
+            .apply(lambda d: pd.Series({"remeasured": len(d), "came_under": int((d[1] <= threshold).sum()),
+                                        "cv_first": d[0].median(), "cv_second": d[1].median()}),
+                   include_groups=False)
+            .reset_index().astype({"remeasured": int, "came_under": int}))
+
+
 def flagged(cell_df: pd.DataFrame, threshold: float = stats.CV_THRESHOLD) -> pd.DataFrame:
     """Cells whose throughput CV stayed above ``threshold`` after the protocol's second
     attempt: the book flags them."""

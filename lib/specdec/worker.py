@@ -829,9 +829,10 @@ def main(spec_file: str) -> int:
                 fail(run, e)
         # A cell whose throughput varied more than protocol.remeasure_cv: measured again,
         # once, in this engine (interleaved among such cells); readers take the last attempt.
+        # Not the cells of protocol.remeasure_skip's methods: a host-bound variation stays.
         if protocol.remeasure_cv is not None:
-            unstable = [r for r in live(runs)
-                        if stats.cv([x["output_tokens_per_s"] for x in r.runs]) > protocol.remeasure_cv]
+            unstable = [r for r in live(runs) if r.cell.method not in protocol.remeasure_skip
+                        and stats.cv([x["output_tokens_per_s"] for x in r.runs]) > protocol.remeasure_cv]
             need = 1.2 * profile.repeats * len(unstable) * per_cell_round
             if unstable and deadline is not None and time.time() + need > deadline:
                 emit("remeasure_skipped", cells=[r.ident["cell_id"] for r in unstable],
