@@ -531,9 +531,9 @@ def test_protocol2_engine_that_cannot_finish_is_not_started(setup):
     _protocol2(setup, min_repeat_s=2.0)
     prof = runner.profiles.load_profile(setup["profile"])
     two = runner.plan(prof, ["a"])[:2]  # the baseline engine: b1 and b2
-    # start + 3 s warm-up per batch size + cells x repeats x max(min_repeat_s, 1) x 1.25
-    assert runner.engine_estimate_s(prof, two) == pytest.approx(80 + 6 + 2 * 3 * 2.5)
-    # not even one cell fits: 80 + 3 + 1 x 5 x 2.5 = 95.5 s
+    # start + 3 s warm-up per batch size + cells x repeats x max(min_repeat_s, 1) x 2
+    assert runner.engine_estimate_s(prof, two) == pytest.approx(80 + 6 + 2 * 3 * 4.0)
+    # not even one cell fits: 80 + 3 + 1 x 3 x 4 = 95 s
     res = _run(setup, experiments=["a"], budget_s=90)
     assert len(res["deferred"]) == 6 and not res["ok"] and not res["failed"]
     assert not (setup["results"] / "fake").exists() or not any((setup["results"] / "fake").iterdir())
