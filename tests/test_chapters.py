@@ -159,6 +159,8 @@ def test_measured_break_even_of_a_protocol_2_campaign_reads_cost():
     be = protocol.break_even(protocol.users_speedups("h200-surface-v2")[0], 4)
     assert sorted(table.index) == sorted(be["method"].unique())
     assert not {"eagle3-v1", "draft-1b-inproc"} & set(table.index)
+    from specdec.profiles import load_profile
+    assert protocol.surface_workloads(load_profile("h200-surface-v2")) == ["repeat"]
     assert table.loc["eagle3", "batch 1"] == pytest.approx(
         be.set_index(["method", "batch_size"]).loc[("eagle3", 1), "break_even_alpha"])
     assert chapters.measured_break_even("h200-surface-v2", 4, results_root=Path("/nonexistent"))[0] \

@@ -421,6 +421,14 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
+def surface_workloads(prof) -> list[str]:
+    """The workloads the surface is measured on: its control panel's (a campaign may measure
+    other workloads for another purpose, e.g. the peer check's random prompts, and a curve
+    over alpha must not mix them)."""
+    name = prof.protocol.panel_experiment
+    return list(prof.experiment(name).workloads) if name else [w.name for w in prof.workloads]
+
+
 def users_speedups(profile: str, results_root: Path | None = None, panels: Path | None = None,
                    runs: pd.DataFrame | None = None,
                    panel_runs: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.Series] | None:
@@ -430,11 +438,12 @@ def users_speedups(profile: str, results_root: Path | None = None, panels: Path 
     method's panel spread (:func:`method_spread`); None where the campaign has no rows."""
     from .profiles import load_profile
 
+    prof = load_profile(profile)
     runs = store.load_runs(profile, results_root) if runs is None else runs
+    runs = runs[runs["workload"].isin(surface_workloads(prof))] if len(runs) else runs
     if runs.empty:
         return None
-    pinned = {m.name for m in load_profile(profile).methods
-              if (m.env or m.engine_args) and m.speculative}
+    pinned = {m.name for m in prof.methods if (m.env or m.engine_args) and m.speculative}
     runs = runs[~runs["method"].isin(pinned)]
     panel_runs = load_panels(profile, panels) if panel_runs is None else panel_runs
     panel_cells = cells(panel_runs) if len(panel_runs) else None
