@@ -115,6 +115,25 @@ def test_break_even_reads_the_cost_where_the_speedup_reaches_one():
             "eagle3", 4, a, 60.0, theory.expected_tokens_per_step(a, 4))])))
     assert pd.isna(protocol.break_even(never, 4).iloc[0]["break_even_alpha"])
 
+
+def test_answer_table_reads_cost_at_the_set_alpha_with_each_methods_spread():
+    rows = _rows("baseline", 0, None, 6.0, 1.0) + _rows("baseline-v1", 0, None, 8.0, 1.0, runner=V1)
+    for a in (0.5, 1.0):
+        e = theory.expected_tokens_per_step(a, 4)
+        rows += _rows("eagle3", 4, a, 7.0, e) + _rows("medusa", 4, a, 10.0, e, runner=V1)
+    sp = protocol.speedups(protocol.cells(pd.DataFrame(rows)))
+    published = pd.DataFrame({"method": ["eagle3"], "dataset": ["MT-bench"], "implied_alpha": [0.65]})
+    t = protocol.answer_table(sp, pd.Series({"eagle3": 0.1}), published, k=4, alpha=0.8,
+                              batches=(1, 16)).set_index(["method", "acceptance"])
+    e = theory.expected_tokens_per_step(0.8, 4)
+    assert t.loc[("eagle3", "set α = 0.8"), "batch 1"].startswith(f"{e * 6 / 7:.2f}×")
+    assert t.loc[("medusa", "set α = 0.8"), "batch 1"].startswith(f"{e * 8 / 10:.2f}×")
+    assert t.loc[("eagle3", "published (MT-bench): α ≈ 0.65"), "batch 1"].startswith(
+        f"{theory.expected_tokens_per_step(0.65, 4) * 6 / 7:.2f}×")
+    assert t.loc[("eagle3", "set α = 0.8"), "batch 16"] == "not measured yet"
+    assert t.loc[("eagle3", "set α = 0.8"), "panel spread"] == "±5.0%"
+    assert t.loc[("medusa", "set α = 0.8"), "panel spread"] == "not in the panel (V1: moves with the host)"
+
 def test_panel_drift_between_leases():
     rows = []
     for lease, phase, scale in [("L1", "start", 1.0), ("L1", "end", 1.01), ("L2", "start", 1.2)]:

@@ -415,7 +415,11 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
                                      f"[{r['speedup_cost_ci_low']:.2f}, {r['speedup_cost_ci_high']:.2f}]")
             s = spread.get(method, np.nan)
             row["panel spread"] = (f"±{s / 2:.1%}" if pd.notna(s) else
-                                   "one panel" if method in spread.index else "not in the panel")
+                                   "one panel" if method in spread.index else
+                                   # a V1 method's step follows its vCPU's speed (lease 10):
+                                   # unknown is not small
+                                   "not in the panel (V1: moves with the host)"
+                                   if row.get("runner") == "V1" else "not in the panel")
             rows.append(row)
     cols = ["method", "runner", "acceptance"] + [f"batch {b}" for b in batches] + ["panel spread"]
     return pd.DataFrame(rows).reindex(columns=cols)
