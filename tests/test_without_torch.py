@@ -51,16 +51,18 @@ assert not leaked, leaked
 def _trained_stand_ins(root) -> None:
     """``config.json`` of every trained artifact a profile names, from its committed record;
     ``<name>-k<K>`` (a Medusa variant, :func:`specdec.training.artifacts.medusa_variants`) is
-    its base's config with ``num_heads = K``."""
+    its base's config with ``num_heads = K``; a learning-curve checkpoint (``<name>-c<i>``) or
+    data-size variant (``<name>-data1of<N>``, issue 21) has its base's config."""
     records = paths.DATA_DIR / "trained"
     for name in profiles.list_profiles():
         for d in profiles.load_profile(name).drafts:
             if d.source.kind != "trained":
                 continue
             art = d.source.artifact
-            m = re.fullmatch(r"(.+)-k(\d+)", art)
-            if (records / art / "config.json").is_file():
-                cfg = json.loads((records / art / "config.json").read_text())
+            m = re.fullmatch(r"(.+?)(?:-c\d|-data1of\d+)?-k(\d+)", art)
+            base = re.sub(r"-c\d$|-data1of\d+$", "", art)
+            if (records / base / "config.json").is_file():
+                cfg = json.loads((records / base / "config.json").read_text())
             elif m and (records / m[1] / "config.json").is_file():
                 cfg = {**json.loads((records / m[1] / "config.json").read_text()),
                        "num_heads": int(m[2])}

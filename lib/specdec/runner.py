@@ -381,7 +381,10 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
     if experiments:
         for e in experiments:
             profile.experiment(e)  # unknown experiment: ProfileError naming it
-    _preflight(profile)
+    # Pre-flight what runs: a lease that trained some artifacts measures their experiments
+    # without the others installed (h200-plateau).
+    _preflight(profile.model_copy(update={"experiments": [profile.experiment(e) for e in experiments]})
+               if experiments else profile)
     results_root = Path(results_root) if results_root else None
     planned = plan(profile, experiments, force, results_root, cells)
     if cells and not planned:

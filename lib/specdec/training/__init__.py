@@ -8,13 +8,14 @@ packaged model, so the study trains its own, reproducibly, in plain PyTorch:
   profiles' ``sharegpt`` workload reads) is never trained on; both parts are hashed;
 - :mod:`.heads`: the heads as small PyTorch modules that compute exactly what vLLM's
   ``Eagle3LlamaForCausalLM``, ``EagleLlamaForCausalLM`` and ``Medusa`` compute;
-- :mod:`.train`: one trainer per artifact kind (fixed seed, step and time budget, a JSONL log);
+- :mod:`.train`: one trainer per artifact kind (fixed seed, a JSONL log), each run until held-out
+  agreement plateaus, with a checkpoint at every evaluation (issue 21);
 - :mod:`.export`: writing each artifact in the format vLLM loads (config.json + safetensors);
 - :mod:`.artifacts`: manifests (recipe, data hash, per-tensor and per-file sha256), packing for
   a device lease (rebuildable copies of target tensors stripped, ≤15 MB parts), reassembly and
   verification, and resolution of ``source: {kind: trained}`` models in profiles;
 - :mod:`.device`: the lease side (``scripts/lease.sh train``): target from the carried GGUF,
-  data, all trainings within a time budget, packed outputs in ``$OUT``.
+  data, the trainings, their installation for measuring there, packed outputs in ``$OUT``.
 
 Why not the ``speculators`` library (vllm-project): its newest release (0.9.0) declares
 torch<=2.14.1 and transformers<=5.19.0, so on paper it fits the H200 image (torch 2.11,

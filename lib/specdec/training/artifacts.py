@@ -123,6 +123,37 @@ def medusa_variants(name: str, ks, root: Path | None = None) -> list[str]:
 
 
 # --------------------------------------------------------------------------- #
+# The learning curve: checkpoints as artifacts of their own (issue 21)
+# --------------------------------------------------------------------------- #
+def curve(out_root: Path, name: str, points: int = 3) -> dict[str, int]:
+    """The learning curve's artifacts besides the final one: the last ``points`` checkpoints
+    before the final step, as ``<name>-c1`` (earliest) … ``<name>-c<points>`` in ``out_root``
+    (a run stopped by the plateau at step s: s/8, s/4, s/2), each a complete artifact (weights
+    hard-linked) whose manifest names it and says whose checkpoint it is; the final manifest
+    gets ``curve`` ({name: step}), which this returns."""
+    man = json.loads((out_root / name / MANIFEST).read_text())
+    steps = man["run"]["steps"]
+    chosen = [e for e in man["run"]["evals"] if "checkpoint" in e and e["step"] < steps][-points:]
+    made = {}
+    for i, ev in enumerate(chosen, 1):
+        src, dest = out_root / name / ev["checkpoint"], out_root / f"{name}-c{i}"
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        for f in sorted(src.iterdir()):
+            if f.name == export.WEIGHTS:
+                os.link(f, dest / f.name)
+            elif f.name != MANIFEST:
+                shutil.copy2(f, dest / f.name)
+        cman = json.loads((src / MANIFEST).read_text())
+        cman.update(artifact=dest.name, checkpoint_of=name, checkpoint_step=ev["step"])
+        (dest / MANIFEST).write_text(json.dumps(cman, indent=2, sort_keys=True))
+        made[dest.name] = ev["step"]
+    man["curve"] = made
+    (out_root / name / MANIFEST).write_text(json.dumps(man, indent=2, sort_keys=True))
+    return made
+
+
+# --------------------------------------------------------------------------- #
 # Packing (device side) and unpacking (here)
 # --------------------------------------------------------------------------- #
 def _strip(art: Path, dest: Path) -> None:
@@ -172,6 +203,49 @@ def pack(artifacts_root: Path, names, extra: dict[str, Path], out: Path,
                 i += 1
     (out / PARTS_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
     return index
+
+
+def records_archive(root: Path, dest: Path) -> int:
+    """Every artifact's record in ``root`` (:data:`RECORD_FILES`, and each checkpoint's
+    manifest), no weights, as ``dest`` (a .tgz, ``<artifact>/...``): what a lease always brings
+    back, to be committed (``tar xzf records.tgz -C data/plateau``). Returns how many artifacts."""
+    arts = sorted(p.parent for p in Path(root).glob(f"*/{MANIFEST}"))
+    with tarfile.open(dest, "w:gz") as tf:
+        for art in arts:
+            for f in [art / f for f in RECORD_FILES] + sorted(art.glob(f"checkpoints/*/{MANIFEST}")):
+                if f.is_file():
+                    tf.add(f, arcname=str(f.relative_to(root)))
+    return len(arts)
+
+
+def install_local(root: Path, artifacts_out: Path | None = None,
+                  records_out: Path | None = None) -> dict:
+    """Install the artifacts trained on this machine (``root``: a lease's ``work/artifacts``)
+    as they are, without the trip through parts: weights hard-linked (copied across file
+    systems), records beside them, the Medusa ``-k<K>`` variants; :func:`resolve` checks the
+    weights' sha256 against the manifest when a profile loads them."""
+    from .recipes import MEDUSA_KS
+
+    artifacts_out, records_out = artifacts_out or trained_root(), records_out or records_root()
+    report = {"artifacts": {}}
+    for art in sorted(p.parent for p in Path(root).glob(f"*/{MANIFEST}")):
+        man = json.loads((art / MANIFEST).read_text())
+        dest, rec = Path(artifacts_out) / art.name, Path(records_out) / art.name
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        rec.mkdir(parents=True, exist_ok=True)
+        for f in ("model.safetensors",) + RECORD_FILES:
+            if (art / f).is_file():
+                try:
+                    os.link(art / f, dest / f)
+                except OSError:
+                    shutil.copy2(art / f, dest / f)
+                if f != "model.safetensors":
+                    shutil.copy2(art / f, rec / f)
+        if man["kind"] == "medusa":
+            medusa_variants(art.name, MEDUSA_KS, Path(artifacts_out))
+        report["artifacts"][art.name] = {"weights_bytes": (dest / "model.safetensors").stat().st_size}
+    return report
 
 
 def _target_tensor(target_dir: Path, spec: dict, shipped: dict):
@@ -251,7 +325,8 @@ def unpack(parts_dir: Path, target_dir: Path, install: bool = True,
                 rec = Path(records_out) / art.name
                 rec.mkdir(parents=True, exist_ok=True)
                 for f in RECORD_FILES:
-                    shutil.copy2(dest / f, rec / f)
+                    if (dest / f).is_file():  # a checkpoint has no log of its own
+                        shutil.copy2(dest / f, rec / f)
                 if man["kind"] == "medusa":
                     medusa_variants(art.name, MEDUSA_KS, Path(artifacts_out))
                 report["artifacts"][art.name] = {"tensors_verified": len(man["tensors"]),

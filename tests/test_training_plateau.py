@@ -1,0 +1,301 @@
+"""Issue 21: training until held-out agreement plateaus, on CPU, on a tiny slice.
+
+The plateau rule itself; real (few-step) trainings of the EAGLE-3 head (the cheapest kind here)
+stopped by each of the three reasons and recorded so; the checkpoints of the learning curve as
+artifacts (the same files as the final one, packed, reassembled and installed like it); the
+data-size variants (a prefix of the training sequences, the same validation sequences); the
+carried data of an earlier lease; and the retraining of a plateau run step for step.
+(Its own module: pytest-xdist runs it beside tests/test_training.py.)
+"""
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specdec import profiles
+from specdec.training import artifacts, data, export, train
+from specdec.training.recipes import ALL, DATA_PARTS, RECIPES, as_recorded, fractions
+
+NAME = "smollm2-eagle3"
+
+
+@pytest.fixture(scope="module")
+def target():
+    from specdec import models
+
+    torch.set_num_threads(1)
+    prof = profiles.load_profile("cpu-smollm2")
+    return train.Target(str(models.resolve_model(prof, prof.target.name)), torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def seqs(tmp_path_factory):
+    """9 random sequences: 8 to train on, the last for validation."""
+    rng = np.random.default_rng(0)
+    raw = [{"prompt_id": f"x{i}", "prompt": rng.integers(100, 3000, 8).tolist(),
+            "completion": rng.integers(100, 3000, 16).tolist()} for i in range(9)]
+    path = tmp_path_factory.mktemp("seqs") / "sequences.npz"
+    digest = data.save_sequences(raw, path, {"test": True})
+    loaded, again = data.load_sequences(path)
+    assert again == digest == data.data_hash(
+        np.concatenate([np.array(s["prompt"] + s["completion"], dtype=np.int32) for s in raw]),
+        [24] * 9, [8] * 9)  # stored as uint16, hashed as int32
+    assert np.load(path)["tokens"].dtype == np.uint16
+    return loaded, digest, path
+
+
+def _recipe(**kw):
+    return {**RECIPES[NAME], "batch_size": 2, "max_len": 24, "log_every": 1, "val_sequences": 1,
+            "warmup_steps": 1, "draft_vocab_size": 256, "eval_first_step": 1, **kw}
+
+
+def _log(d: Path) -> list[dict]:
+    return [json.loads(x) for x in (d / "train_log.jsonl").read_text().splitlines()]
+
+
+def test_plateau_rule():
+    def pts(*accs):
+        return [{"step": 125 * 2 ** i, "agreement": a} for i, a in enumerate(accs)]
+
+    assert train.agreement({"acc1": 0.6, "acc2": 0.4, "acc3": 0.2, "acc4": 0.2, "acc5": 0.0,
+                            "loss": 3.0}) == pytest.approx(0.35)  # K=4: positions 1-4 only
+    assert train.agreement({"acc1": 0.3, "loss": 1.0}) == 0.3
+    assert not train.plateaued(pts(0.1, 0.2, 0.2), 0.01)        # fewer than 4 points: never
+    assert train.plateaued(pts(0.1, 0.2, 0.3, 0.305), 0.01)      # +0.5 point over a doubling
+    assert not train.plateaued(pts(0.1, 0.2, 0.3, 0.31), 0.01)   # +1 point: still improving
+    assert train.plateaued(pts(0.1, 0.2, 0.3, 0.25), 0.01)       # worse counts as no gain
+    assert not train.plateaued(pts(0.1, 0.2, 0.3, 0.3), None)    # a retraining: never
+    with pytest.raises(ValueError, match="not a doubling"):
+        train.plateaued(pts(0.1, 0.2, 0.3) + [{"step": 1500, "agreement": 0.3}], 0.01)
+
+
+@pytest.fixture(scope="module")
+def plateau_run(target, seqs, tmp_path_factory):
+    """Stopped by the plateau rule at its first chance (no gain of 100 points): evaluations at
+    steps 1, 2, 4, 8, each a checkpoint; then the learning curve's artifacts."""
+    loaded, digest, _ = seqs
+    root = tmp_path_factory.mktemp("plateau")
+    man = train.train(NAME, _recipe(plateau_delta=1.0), target, loaded, digest, root / NAME,
+                      max_steps=16)  # a rule that never fires stops at 16: "max_steps"
+    return root, man, artifacts.curve(root, NAME)
+
+
+def test_each_stop_reason_is_recorded(plateau_run, target, seqs, tmp_path):
+    loaded, digest, _ = seqs
+    _, man, _ = plateau_run
+    run = man["run"]
+    assert (run["steps"], run["stopped_by"]) == (8, "plateau")
+    assert [e["step"] for e in run["evals"]] == [0, 1, 2, 4, 8]
+    assert run["final_eval"] == run["evals"][-1]
+    assert all(e["agreement"] == train.agreement(e) for e in run["evals"])
+    assert run["train_s"] <= run["wall_s"]  # evaluations and exports left out of train_s
+    cap = train.train(NAME, _recipe(plateau_delta=None), target, loaded, digest,
+                      tmp_path / "cap", max_steps=3)["run"]
+    assert (cap["steps"], cap["stopped_by"]) == (3, "max_steps")
+    assert [(e["step"], "checkpoint" in e) for e in cap["evals"]] == \
+        [(0, False), (1, True), (2, True), (3, False)]  # the last step evaluated, not exported
+    timed = train.train(NAME, _recipe(plateau_delta=None, safety_cap_s=1e-9), target, loaded,
+                        digest, tmp_path / "timed")["run"]
+    assert (timed["steps"], timed["stopped_by"], timed["safety_cap_s"]) == (1, "time_cap", 1e-9)
+    for d, want in ((tmp_path / "cap", "max_steps"), (tmp_path / "timed", "time_cap")):
+        end = _log(d)[-1]
+        assert end["event"] == "end" and end["stopped_by"] == want
+
+
+def test_checkpoints_are_the_artifacts_of_the_learning_curve(plateau_run, target, tmp_path):
+    from safetensors import safe_open
+
+    root, man, made = plateau_run
+    assert made == {f"{NAME}-c1": 1, f"{NAME}-c2": 2, f"{NAME}-c3": 4}
+    assert json.loads((root / NAME / "manifest.json").read_text())["curve"] == made
+
+    def tensors(d):
+        with safe_open(str(d / "model.safetensors"), framework="pt") as f:
+            return {k: tuple(f.get_tensor(k).shape) for k in f.keys()}
+
+    final = tensors(root / NAME)
+    cfg = (root / NAME / "config.json").read_text()
+    for ev in man["run"]["evals"][1:]:
+        d = root / NAME / ev["checkpoint"]
+        cman = json.loads((d / "manifest.json").read_text())
+        assert tensors(d) == final and (d / "config.json").read_text() == cfg
+        assert cman["run"]["steps"] == ev["step"] and cman["run"]["checkpoint"]
+        assert ev["weights_sha256"] == cman["files"]["model.safetensors"]
+    # stopped at an evaluation: the final artifact is its last checkpoint
+    last = json.loads((root / NAME / "checkpoints/step000008/manifest.json").read_text())
+    assert last["tensors"] == man["tensors"]
+    # curve artifacts: complete, named, each pointing at its checkpoint's step and weights
+    for name, step in made.items():
+        cman = json.loads((root / name / "manifest.json").read_text())
+        assert (cman["artifact"], cman["checkpoint_of"], cman["checkpoint_step"]) == (name, NAME, step)
+        assert export.sha256_file(root / name / "model.safetensors") == cman["files"]["model.safetensors"]
+    # they travel and install as the final one does
+    assert artifacts.pack(root, [NAME, *made], {}, tmp_path / "parts")["parts"]
+    got = artifacts.unpack(tmp_path / "parts", Path(target.path), artifacts_out=tmp_path / "a",
+                           records_out=tmp_path / "r")
+    assert set(got["artifacts"]) == {NAME, *made}
+    # installed where they were trained (a lease measures them there), resolvable by name
+    local = artifacts.install_local(root, tmp_path / "b", tmp_path / "rb")
+    assert set(local["artifacts"]) == {NAME, *made}
+    # records only (what a lease always brings back): every record and checkpoint manifest
+    n = artifacts.records_archive(root, tmp_path / "records.tgz")
+    with tarfile.open(tmp_path / "records.tgz") as tf:
+        names = set(tf.getnames())
+    assert n == 4 and f"{NAME}/checkpoints/step000004/manifest.json" in names
+    assert f"{NAME}-c2/manifest.json" in names and not any(x.endswith(".safetensors") for x in names)
+
+
+def test_curve_artifacts_resolve_after_a_local_install(plateau_run, tmp_path, monkeypatch):
+    root, _, made = plateau_run
+    monkeypatch.setenv("SPECDEC_TRAINED_DIR", str(tmp_path / "t"))
+    monkeypatch.setenv("SPECDEC_TRAINED_RECORDS", str(tmp_path / "t" / "_records"))
+    artifacts.install_local(root)
+    for name in [NAME, *made]:
+        assert artifacts.resolve(name) == str(tmp_path / "t" / name)
+    w = tmp_path / "t" / f"{NAME}-c1" / "model.safetensors"
+    blob = bytearray(w.read_bytes())
+    w.unlink()  # a hard link: write a changed copy, not through the link
+    blob[-1] ^= 1
+    w.write_bytes(bytes(blob))
+    with pytest.raises(artifacts.ArtifactError, match="sha256"):
+        artifacts.resolve(f"{NAME}-c1")
+
+
+def test_train_all_keeps_runs_within_the_deadline(target, seqs, tmp_path):
+    """No safety cap and no deadline: the run goes on (a retraining, `train tiny`); a deadline
+    caps each run's safety cap, and a run that would start after it is an error, not a run."""
+    import time
+
+    _, _, path = seqs
+    got = train.train_all([NAME], target.path, path, tmp_path / "a", max_steps=1,
+                          recipes={NAME: _recipe(safety_cap_s=0)})
+    assert got[NAME]["run"]["steps"] == 1 and got[NAME]["run"]["safety_cap_s"] == 0
+    got = train.train_all([NAME], target.path, path, tmp_path / "b", max_steps=1,
+                          recipes={NAME: _recipe()}, deadline=time.time() + 100)
+    assert 0 < got[NAME]["run"]["safety_cap_s"] <= 70
+    late = train.train_all([NAME], target.path, path, tmp_path / "c",
+                           recipes={NAME: _recipe()}, deadline=time.time() + 10)
+    assert late == {NAME: {"error": "TimeoutError: no time left before the deadline"}}
+
+
+def test_data_fraction_trains_on_a_prefix_validated_alike(target, seqs, tmp_path):
+    loaded, digest, _ = seqs
+    full_train, full_val = train.split(loaded, _recipe())
+    half_train, half_val = train.split(loaded, _recipe(data_fraction=0.5))
+    assert len(full_train) == 8 and len(half_train) == 4
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(half_train, full_train))
+    assert len(half_val) == 1 and np.array_equal(half_val[0][0], full_val[0][0])
+    man = train.train(f"{NAME}-data1of2", _recipe(data_fraction=0.5, plateau_delta=None), target,
+                      loaded, digest, tmp_path / "half", max_steps=2)
+    assert man["recipe"]["data_fraction"] == 0.5 and man["run"]["data_fraction"] == 0.5
+    assert man["run"]["train_sequences"] == 4 and man["data_sha256"] == digest
+    variants = fractions([NAME])
+    assert sorted(variants) == sorted(f"{NAME}-data1of{p}" for p in DATA_PARTS)
+    assert {r["data_fraction"] for r in variants.values()} == {1 / p for p in DATA_PARTS}
+    assert set(variants) <= set(ALL) and all(r["data_fraction"] == 1 for r in RECIPES.values())
+
+
+def test_a_plateau_run_retrains_step_for_step(plateau_run, target, seqs, tmp_path):
+    """recipes.as_recorded on a plateau run's records: its recipe, its steps, no plateau rule,
+    no time cap; checkpoints are records of their run, not runs of their own. On the CPU the
+    retraining is bit-identical, checkpoints included."""
+    import shutil
+
+    loaded, digest, _ = seqs
+    root, man, made = plateau_run
+    rec = tmp_path / "records"
+    for name in [NAME, *made]:
+        shutil.copytree(root / name, rec / name, ignore=shutil.ignore_patterns("*.safetensors"))
+    recipes = as_recorded(rec)
+    assert list(recipes) == [NAME]
+    r = recipes[NAME]
+    assert (r["max_steps"], r["plateau_delta"], r["safety_cap_s"]) == (8, None, 0)
+    assert {k: v for k, v in r.items() if k not in ("max_steps", "plateau_delta", "safety_cap_s")} \
+        == {k: v for k, v in man["recipe"].items()
+            if k not in ("max_steps", "plateau_delta", "safety_cap_s")}
+    again = train.train(NAME, r, target, loaded, digest, tmp_path / "again")
+    assert (again["run"]["steps"], again["run"]["stopped_by"]) == (8, "max_steps")
+    assert again["tensors"] == man["tensors"]
+    assert [e["weights_sha256"] for e in again["run"]["evals"][1:]] == \
+        [e["weights_sha256"] for e in man["run"]["evals"][1:]]
+
+
+def test_records_before_issue_21_retrain_as_they_ran(tmp_path):
+    """A recipe recorded before issue 21 (time budget, cosine schedule) comes back with the
+    schedule it ran under and no evaluations between the first and the last step."""
+    old = {k: v for k, v in RECIPES[NAME].items()
+           if k not in ("lr_schedule", "eval_first_step", "plateau_delta", "safety_cap_s",
+                        "data_fraction")}
+    (tmp_path / NAME).mkdir()
+    (tmp_path / NAME / "manifest.json").write_text(json.dumps(
+        {"recipe": {**old, "time_budget_s": 90}, "run": {"steps": 663}}))
+    r = as_recorded(tmp_path)[NAME]
+    assert "time_budget_s" not in r
+    assert (r["lr_schedule"], r["eval_first_step"], r["data_fraction"], r["max_steps"]) == \
+        ("cosine", 0, 1.0, 663)
+    assert train._lr(r, 662, 663) < 0.2 * train._lr(r, 100, 663)  # cosine: decayed at the end
+    new = RECIPES[NAME]
+    assert train._lr(new, 100, 16000) == train._lr(new, 15999, 16000) == new["lr"]
+
+
+def test_carried_data_is_checked_and_used(seqs, tmp_path):
+    """`train data` on a later lease takes the sequences an earlier one generated, if they are
+    what their record says and continue the carried prompts."""
+    from specdec.training import device
+
+    _, digest, path = seqs
+    carry, work = tmp_path / "carry", tmp_path / "work"
+    carry.mkdir()
+    assert device.carried_data(carry, work) is None
+    split = {"train": {"sha256": "prompts-hash"}}
+    (carry / "split.json").write_text(json.dumps(split))
+    (carry / "sequences.npz").write_bytes(path.read_bytes())
+    rec = {"data_sha256": digest, "sequences": 9, "train": split["train"]}
+    (carry / "sequences.npz.json").write_text(json.dumps(rec))
+    got = device.carried_data(carry, work)
+    assert got == work / "data" / "sequences.npz" and data.load_sequences(got)[1] == digest
+    (carry / "sequences.npz.json").write_text(json.dumps({**rec, "data_sha256": "0" * 64}))
+    with pytest.raises(SystemExit, match="does not match"):
+        device.carried_data(carry, work)
+
+
+def test_split_takes_every_human_turn_once_and_no_held_out_prompt(target):
+    """The training prompts: distinct, none a held-out prompt (the first ShareGPT
+    conversations), more than the first turns alone; the held-out set as recorded."""
+    from transformers import AutoTokenizer
+
+    from specdec import workloads
+
+    s = data.sharegpt_split(600, target.path)
+    rec = json.loads((Path(__file__).parents[1] / "data/trained/_data/sequences.npz.json").read_text())
+    assert s["heldout"] == rec["heldout"]  # the same 256 conversations as before issue 21
+    ids = [tuple(p["token_ids"]) for p in s["prompts"]]
+    assert len(ids) == len(set(ids)) == 600
+    assert any(not p["prompt_id"].endswith("#0") for p in s["prompts"])  # later turns too
+    tok = AutoTokenizer.from_pretrained(target.path)
+    held = {tuple(tok(tok.apply_chat_template([{"role": "user", "content": t}],
+                                              add_generation_prompt=True, tokenize=False),
+                      add_special_tokens=False)["input_ids"])
+            for _, t in workloads._sharegpt(data.HELDOUT)}
+    assert not held & set(ids)
+
+
+def test_a_lease_measures_what_it_trained(tmp_path, monkeypatch, capsys):
+    """h200-plateau: with only EAGLE-3's final artifact and checkpoints installed, its
+    experiment runs (pre-flight checks the experiments named), the whole profile does not."""
+    from specdec import runner, validate
+
+    for name in [NAME, *(f"{NAME}-c{i}" for i in (1, 2, 3))]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"vocab_size": 49152}))
+    monkeypatch.setenv("SPECDEC_TRAINED_DIR", str(tmp_path))
+    res = runner.run("h200-plateau", ["steps-eagle3"], dry_run=True,
+                     results_root=tmp_path / "results")
+    assert res["failed"] == [] and len(res["skipped"]) == 0
+    assert "h200-plateau: 12 cells" in capsys.readouterr().out  # 4 artifacts x 3 workloads
+    with pytest.raises(validate.ValidationError, match="smollm2-eagle-c1|is missing"):
+        runner.run("h200-plateau", ["steps-eagle3", "steps-eagle"], dry_run=True,
+                   results_root=tmp_path / "results")
