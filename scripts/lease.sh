@@ -59,6 +59,20 @@ set -uo pipefail
 step=${1:?step}; shift
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+# A background run (`bg`, `train bg`): the device machine stays warm between calls (a call
+# within 30 s of the last), and what a call starts in the background keeps running. It runs
+# from a copy of the tree (the next call's copy replaces this one) and writes to /tmp/bgout;
+# `wait` follows it.
+bg_tree() {
+  [ -e /tmp/bg.pid ] && kill -0 "$(cat /tmp/bg.pid)" 2>/dev/null && { echo "a background run is going"; exit 1; }
+  rm -rf /tmp/tree /tmp/bgout && mkdir -p /tmp/bgout /tmp/tree \
+    && tar cf - --exclude=./.venv --exclude=./.bundle --exclude=./.git . | tar xf - -C /tmp/tree
+}
+bg_start() {  # the script /tmp/bg.sh, written after bg_tree
+  cat /tmp/bg.sh
+  setsid nohup bash /tmp/bg.sh > /tmp/bg.log 2>&1 < /dev/null &
+  echo $! > /tmp/bg.pid
+}
 
 case "$step" in
 receive)
@@ -157,13 +171,9 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   exit "$rc"
   ;;
 bg)
-  # The device machine stays warm between calls (a call within 30 s of the last), and what a
-  # call starts in the background keeps running: one run across calls wastes nothing at
-  # their boundaries. Run from a copy of the tree: the next call's copy replaces this one.
+  # One measuring run across calls wastes nothing at their boundaries (bg_tree, bg_start).
   end=${1:?end epoch}; shift
-  [ -e /tmp/bg.pid ] && kill -0 "$(cat /tmp/bg.pid)" 2>/dev/null && { echo "a background run is going"; exit 1; }
-  rm -rf /tmp/tree /tmp/bgout && mkdir -p /tmp/bgout /tmp/tree \
-    && tar cf - --exclude=./.venv --exclude=./.bundle --exclude=./.git . | tar xf - -C /tmp/tree
+  bg_tree
   script=/tmp/bg.sh; echo "set -u; cd /tmp/tree; export OUT=/tmp/bgout" > "$script"
   n=$#; i=0
   for stage in "$@"; do
@@ -173,9 +183,7 @@ bg)
     echo "LEASE_CELLS='$cells' LEASE_DEADLINE=$deadline bash scripts/lease.sh measure ${COMMIT:?COMMIT} $stage" >> "$script"
   done
   echo 'echo "bg-end $(date -u +%H:%M:%S)"; touch /tmp/bgout/.done' >> "$script"
-  cat "$script"
-  setsid nohup bash "$script" > /tmp/bg.log 2>&1 < /dev/null &
-  echo $! > /tmp/bg.pid
+  bg_start
   echo "background run started: pid $(cat /tmp/bg.pid), ends by $(date -u -d @"$end" +%H:%M:%S)"
   ;;
 wait)
@@ -216,16 +224,11 @@ train)
   sub=${1:?train step: receive, data, fit, out, install or bg}; shift
   [ "$sub" = receive ] && exec "$0" receive
   if [ "$sub" = bg ]; then
-    # As `bg` for measuring: the machine stays warm between calls and what a call starts in the
-    # background keeps running; `scripts/lease.sh wait SECONDS` follows it and, once it has
-    # ended, returns its $OUT (parts, index, logs).
-    [ -e /tmp/bg.pid ] && kill -0 "$(cat /tmp/bg.pid)" 2>/dev/null && { echo "a background run is going"; exit 1; }
-    rm -rf /tmp/tree /tmp/bgout && mkdir -p /tmp/bgout /tmp/tree \
-      && tar cf - --exclude=./.venv --exclude=./.bundle --exclude=./.git . | tar xf - -C /tmp/tree
+    # As `bg` for measuring (bg_tree, bg_start); `scripts/lease.sh wait SECONDS` follows it
+    # and, once it has ended, returns its $OUT (parts, index, logs).
+    bg_tree
     printf 'cd /tmp/tree; export OUT=/tmp/bgout; bash scripts/lease.sh train %s; echo "bg-end rc=$? $(date -u +%%H:%%M:%%S)"; touch /tmp/bgout/.done\n' "$*" > /tmp/bg.sh
-    cat /tmp/bg.sh
-    setsid nohup bash /tmp/bg.sh > /tmp/bg.log 2>&1 < /dev/null &
-    echo $! > /tmp/bg.pid
+    bg_start
     echo "background train $* started: pid $(cat /tmp/bg.pid)"
     exit 0
   fi
