@@ -528,6 +528,8 @@ def cell_config(profile: Profile, cell: Cell) -> dict[str, Any]:
     """Everything that determines a cell's result, as plain data (hashed for provenance)."""
     m = profile.method(cell.method)
     draft = profile.model(m.draft) if m.draft else None
+    # remeasure_skip decides how often a cell is measured, not what: outside the hash
+    protocol = profile.protocol.model_dump(exclude={"remeasure_skip"})
     return {
         "profile": profile.name,
         "engine": profile.engine.model_dump(),
@@ -543,9 +545,8 @@ def cell_config(profile: Profile, cell: Cell) -> dict[str, Any]:
         # Only where set, so that the cells stored before these fields keep their hash.
         **({"method_env": dict(m.env)} if m.env else {}),
         **({"engine_args": dict(m.engine_args)} if m.engine_args else {}),
-        **({"protocol": profile.protocol.model_dump(exclude={"remeasure_skip"})}
-           if profile.protocol.model_dump(exclude={"remeasure_skip"}) != Protocol().model_dump(
-               exclude={"remeasure_skip"}) else {}),
+        **({"protocol": protocol}
+           if protocol != Protocol().model_dump(exclude={"remeasure_skip"}) else {}),
     }
 
 

@@ -292,7 +292,7 @@ def remeasures(runs: pd.DataFrame, threshold: float = stats.CV_THRESHOLD) -> pd.
     ok = runs[runs["status"] == "ok"].drop_duplicates(keys + ["attempt", "repeat",
                                                               "output_tokens_per_s"])
     cv = (ok.groupby(keys + ["attempt"], dropna=False)["output_tokens_per_s"]
-          .agg(lambda x: float(np.std(x, ddof=1) / np.mean(x)) if len(x) > 1 else np.nan)
+          .agg(stats.cv)
           .unstack("attempt"))
     if 1 not in cv:
         return pd.DataFrame(columns=["method", "remeasured", "came_under", "cv_first", "cv_second"])
@@ -363,7 +363,7 @@ def break_even(speedup_df: pd.DataFrame, k: int = 4, step: float = 0.01) -> pd.D
         if len(measured) < 2:
             continue
         grid = np.arange(measured[0], measured[-1] + step / 2, step)
-        reads = [read_at(speedup_df, method, float(a), k, int(batch)) for a in grid]
+        reads = [read_at(g, method, float(a), k, int(batch)) for a in grid]
 
         def first(col):
             hit = [a for a, r in zip(grid, reads) if r is not None and r[col] >= 1.0]

@@ -218,32 +218,41 @@ def records_archive(root: Path, dest: Path) -> int:
     return len(arts)
 
 
+def _records_and_variants(dest: Path, kind: str, artifacts_out: Path, records_out: Path) -> None:
+    """The last step of installing one artifact (:func:`unpack`, :func:`install_local`): its
+    record files beside the others' (a checkpoint has no log of its own) and, for Medusa, the
+    ``-k<K>`` variants vLLM loads."""
+    from .recipes import MEDUSA_KS
+
+    rec = Path(records_out) / dest.name
+    rec.mkdir(parents=True, exist_ok=True)
+    for f in RECORD_FILES:
+        if (dest / f).is_file():
+            shutil.copy2(dest / f, rec / f)
+    if kind == "medusa":
+        medusa_variants(dest.name, MEDUSA_KS, Path(artifacts_out))
+
+
 def install_local(root: Path, artifacts_out: Path | None = None,
                   records_out: Path | None = None) -> dict:
     """Install the artifacts trained on this machine (``root``: a lease's ``work/artifacts``)
     as they are, without the trip through parts: weights hard-linked (copied across file
     systems), records beside them, the Medusa ``-k<K>`` variants; :func:`resolve` checks the
     weights' sha256 against the manifest when a profile loads them."""
-    from .recipes import MEDUSA_KS
-
     artifacts_out, records_out = artifacts_out or trained_root(), records_out or records_root()
     report = {"artifacts": {}}
     for art in sorted(p.parent for p in Path(root).glob(f"*/{MANIFEST}")):
         man = json.loads((art / MANIFEST).read_text())
-        dest, rec = Path(artifacts_out) / art.name, Path(records_out) / art.name
+        dest = Path(artifacts_out) / art.name
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
-        rec.mkdir(parents=True, exist_ok=True)
         for f in ("model.safetensors",) + RECORD_FILES:
             if (art / f).is_file():
                 try:
                     os.link(art / f, dest / f)
                 except OSError:
                     shutil.copy2(art / f, dest / f)
-                if f != "model.safetensors":
-                    shutil.copy2(art / f, rec / f)
-        if man["kind"] == "medusa":
-            medusa_variants(art.name, MEDUSA_KS, Path(artifacts_out))
+        _records_and_variants(dest, man["kind"], artifacts_out, records_out)
         report["artifacts"][art.name] = {"weights_bytes": (dest / "model.safetensors").stat().st_size}
     return report
 
@@ -267,8 +276,6 @@ def unpack(parts_dir: Path, target_dir: Path, install: bool = True,
            data_out: Path | None = None) -> dict:
     """Check, reassemble and install what a lease brought back; returns a report."""
     from safetensors.torch import load_file
-
-    from .recipes import MEDUSA_KS
 
     parts_dir = Path(parts_dir)
     index = json.loads((parts_dir / PARTS_INDEX).read_text())
@@ -322,13 +329,7 @@ def unpack(parts_dir: Path, target_dir: Path, install: bool = True,
                 if not same:
                     man["local_files"] = local  # tensors identical, file bytes differ
                     (dest / MANIFEST).write_text(json.dumps(man, indent=2, sort_keys=True))
-                rec = Path(records_out) / art.name
-                rec.mkdir(parents=True, exist_ok=True)
-                for f in RECORD_FILES:
-                    if (dest / f).is_file():  # a checkpoint has no log of its own
-                        shutil.copy2(dest / f, rec / f)
-                if man["kind"] == "medusa":
-                    medusa_variants(art.name, MEDUSA_KS, Path(artifacts_out))
+                _records_and_variants(dest, man["kind"], artifacts_out, records_out)
                 report["artifacts"][art.name] = {"tensors_verified": len(man["tensors"]),
                                                  "file_sha256_identical": same,
                                                  "weights_bytes": (dest / "model.safetensors").stat().st_size}
