@@ -166,6 +166,9 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   rc=$?
   # the control panels (data/panels/<lease>-<phase>/<profile>/), all of this lease's so far
   [ -d /tmp/panels ] && tar czf "$OUT/panels.tgz" -C /tmp panels
+  # vLLM's own log of every engine (what an engine start spent its time on), all of this lease's
+  ld=$(python3 -c 'from specdec import paths; print(paths.CACHE_DIR / "logs")' 2>/dev/null)
+  [ -n "$ld" ] && [ -d "$ld" ] && tar czf "$OUT/engine-logs.tgz" -C "$ld" .
   ls -la "$OUT"
   # the rows went back or did not: a chain behind this call (`&&`) must know which
   exit "$rc"

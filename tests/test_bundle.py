@@ -94,6 +94,29 @@ def test_unpack_round_trip(tmp_path, wheels):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".specdec-unpack-")]
 
 
+def test_resplit_recuts_the_same_archive_into_smaller_parts(tmp_path, wheels):
+    """When the tree beside every part grows, the bundle is cut again, not rebuilt: the same
+    archive (hash checked), more parts, each within the new size; it still unpacks."""
+    wdir, big = wheels
+    before = _pack(tmp_path, wdir)
+    out = tmp_path / "out"
+    man = bundle.resplit(out, PART // 2)
+    assert man["archive"] == before["archive"] and len(man["parts"]) > len(before["parts"])
+    assert all(p["size"] <= PART // 2 for p in man["parts"])
+    assert sorted(f.name for f in out.iterdir()) == sorted([bundle.MANIFEST] + [p["name"] for p in man["parts"]])
+    assert bundle.verify(out) == man == json.loads((out / bundle.MANIFEST).read_text())
+    bundle.unpack(out, tmp_path / "site", host_check=False)
+    assert (tmp_path / "site" / "fakepkg" / "big.bin").read_bytes() == big
+    # back to larger parts: fewer files, none left over
+    assert len(bundle.resplit(out, PART * 3)["parts"]) < len(man["parts"])
+    assert len(list(out.glob(f"{bundle.ARCHIVE}.*"))) == len(bundle.read_manifest(out)["parts"])
+    # an altered part is refused before anything is re-cut
+    first = out / bundle.read_manifest(out)["parts"][0]["name"]
+    first.write_bytes(b"x" + first.read_bytes()[1:])
+    with pytest.raises(bundle.BundleError, match="altered"):
+        bundle.resplit(out, PART)
+
+
 def test_unpack_refuses_a_non_empty_site_unless_replace(tmp_path, wheels):
     _pack(tmp_path, wheels[0])
     site = tmp_path / "site"

@@ -250,3 +250,43 @@ def test_controls_take_the_default_from_the_panel_of_the_same_lease():
     assert list(zip(ctrl["method"], ctrl["lease_id"], ctrl["panel_phase"].fillna("-"))) == [
         ("draft-1b", "L7", "-"), ("draft-1b", "L9", "start"), ("draft-1b-async", "L9", "-")]
     assert ctrl["step_ms"].tolist() == pytest.approx([12.0, 14.0, 11.0])
+
+
+def test_surface_table_gives_the_surface_readers_cost_on_each_runner(monkeypatch):
+    """protocol.surface_table: the protocol-1 readers (speedup_from_cost, the dynamic-K and
+    K-sweep tables) get the speedup read from cost, each method against its own runner's
+    baseline; a dynamic-K cell is read at the K its schedule chose, else left realised."""
+    from specdec import surface
+
+    def dyn(alpha, drafts, tokens, batch):
+        rows = _rows("eagle3-dynk", 5, alpha, 7.5, 3.0, batch=batch)
+        return [{**r, "spec_num_drafts": drafts, "spec_num_draft_tokens": tokens} for r in rows]
+
+    rows = (_rows("baseline", 0, None, 6.0, 1.0) + _rows("baseline-v1", 0, None, 8.0, 1.0, runner=V1)
+            + _rows("eagle3", 4, 0.8, 7.0, 3.2) + _rows("draft-1b", 4, 0.8, 12.0, 3.5, runner=V1)
+            + _rows("eagle3-v1", 4, 0.8, 9.0, 3.2, runner=V1)  # a pinned control: not users'
+            + dyn(0.8, 100, 500, 1)                             # the schedule chose K = 5
+            + _rows("baseline", 0, None, 6.2, 1.0, batch=4) + dyn(0.8, 100, 450, 4))  # no whole K
+    df = pd.DataFrame(rows).assign(profile="h200-surface-v2", workload="repeat",
+                                   compilation="default")
+    monkeypatch.setattr(protocol.store, "load_runs", lambda *a, **k: df)
+    monkeypatch.setattr(protocol, "load_panels", lambda *a, **k: pd.DataFrame())
+    t = protocol.surface_table("h200-surface-v2")
+    by = t.set_index(["method", "batch_size"])
+    e4, e5 = theory.expected_tokens_per_step(0.8, 4), theory.expected_tokens_per_step(0.8, 5)
+    assert "eagle3-v1" not in set(t["method"])
+    assert by.loc[("baseline", 1), "speedup"] == 1.0 and by.loc[("baseline-v1", 1), "speedup"] == 1.0
+    assert by.loc[("eagle3", 1), "speedup"] == pytest.approx(e4 * 6.0 / 7.0)
+    assert by.loc[("draft-1b", 1), "speedup"] == pytest.approx(e4 * 8.0 / 12.0)
+    assert by.loc[("draft-1b", 1), "speedup_from"] == "cost"
+    assert by.loc[("eagle3-dynk", 1), "speedup"] == pytest.approx(e5 * 6.0 / 7.5)
+    assert by.loc[("eagle3-dynk", 1), "mean_acceptance_length"] == pytest.approx(e5)
+    assert by.loc[("eagle3-dynk", 4), "speedup_from"] == "realised"
+    assert by.loc[("eagle3-dynk", 4), "speedup"] == pytest.approx(by.loc[("eagle3-dynk", 4), "speedup_realised"])
+    # the protocol-1 reader takes each cell's own runner's baseline: 8 ms for the V1 draft
+    at = surface.speedup_from_cost(t, "draft-1b", 0.8, 4, 1, e4)
+    assert at["speedup"] == pytest.approx(e4 * 8.0 / 12.0) and at["baseline_step_ms"] == 8.0
+    # theory.fit recovers the set alpha from the tokens per step the speedup assumes
+    fit = theory.fit(t, t["method"] != "none", alpha_source="per_token")
+    got = fit.predictions.set_index(["method", "batch_size"])
+    assert got.loc[("eagle3", 1), "alpha"] == pytest.approx(0.8, abs=1e-6)

@@ -175,11 +175,14 @@ def test_gpu_template_loads_with_dry_run_and_is_priced(capsys):
     assert cli.main(["run", str(devicetime.TEMPLATE), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("new-gpu: ") and "engine eagle3 K=4 (set acceptance)" in out
-    tmpl, h200 = profiles.load_profile(devicetime.TEMPLATE), profiles.load_profile("h200-surface")
-    # Same experiment names as the H200's: its rows land in the same figures.
+    tmpl, h200 = profiles.load_profile(devicetime.TEMPLATE), profiles.load_profile("h200-surface-v2")
+    # Same experiment names as the H200's: its rows land in the same figures; the same protocol,
+    # with a control panel, and no runner pin but the V1 baseline's.
     assert {e.name for e in tmpl.experiments} <= {e.name for e in h200.experiments}
-    assert len(profiles.expand(tmpl)) < len(profiles.expand(h200)) / 10
-    est = devicetime.estimate(tmpl, "h200-surface")
+    assert profiles.measure_version(tmpl) == 2 and tmpl.protocol.panel_experiment == "panel"
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in tmpl.engine.env
+    assert len(profiles.expand(tmpl)) < len(profiles.expand(h200)) / 5
+    est = devicetime.estimate(tmpl, "h200-surface-v2")
     assert list(est["experiment"]) == [e.name for e in tmpl.experiments] + ["(all)"]
     assert (est["device_s"] > 0).all() and est.iloc[-1]["engines"] == len(profiles.engine_groups(
         profiles.expand(tmpl)))

@@ -442,8 +442,10 @@ def simulate_adaptive(summary: pd.DataFrame, surface_df: pd.DataFrame, batch_siz
             continue
         step_s = (cells.groupby("num_speculative_tokens")["step_ms"].median() / 1000).to_dict()
         steps = adaptive.interpolate_step_seconds(step_s, k_max)
-        table = adaptive.compare(adaptive.extend_conditional(q, k_max), steps,
-                                 float(base["tpot_ms_median"].median()) / 1000,
+        # the baseline of the method's own runner where the surface names it (protocol 2)
+        base_ms = (cells["baseline_step_ms"].median() if "baseline_step_ms" in cells
+                   else base["tpot_ms_median"].median())
+        table = adaptive.compare(adaptive.extend_conditional(q, k_max), steps, float(base_ms) / 1000,
                                  ks=range(1, k_max + 1), n_steps=n_steps)
         fixed = table[table["k"] != "adaptive"]
         best = fixed.loc[fixed["speedup"].idxmax()]
@@ -459,7 +461,8 @@ def simulate_adaptive(summary: pd.DataFrame, surface_df: pd.DataFrame, batch_siz
 
 def adaptive_sentence(sim: pd.DataFrame) -> str:
     if sim.empty:
-        return "not simulated: a trained method's acceptance or its cost surface is missing"
+        return ("not simulated yet: it needs a trained method's acceptance and the cost of its steps "
+                "at two K or more on the surface (the K sweep)")
     parts = []
     for label, g in (("at the acceptance our trained heads and drafts reached",
                       sim[~sim["method"].str.endswith("published")]),

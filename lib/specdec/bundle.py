@@ -286,6 +286,41 @@ def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-mechanics",),
     return manifest
 
 
+def resplit(bundle_dir: Path | str, part_size: int) -> dict:
+    """Cut a verified bundle's archive again, in place, into parts of at most ``part_size``
+    bytes: the same archive (its sha256 unchanged, checked), other parts, a new manifest. For
+    when the working tree that travels beside every part has grown so that a part no longer
+    fits in one call (``specdec carry-plan`` says so); no download, no rebuild. A crash half
+    way leaves parts that :func:`verify` refuses, never a bundle that unpacks wrong."""
+    bundle_dir = Path(bundle_dir)
+    man = verify(bundle_dir)
+    tmp = bundle_dir / ".resplit"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    writer = _PartWriter(tmp, ARCHIVE, part_size)
+    try:
+        with _ChainedReader([bundle_dir / p["name"] for p in man["parts"]]) as src:
+            while block := src.read(1 << 22):
+                writer.write(block)
+    finally:
+        writer.close()
+    if writer.whole.hexdigest() != man["archive"]["sha256"]:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BundleError(f"{bundle_dir}: re-cutting changed the archive's hash")
+    new = {p["name"] for p in writer.parts}
+    for p in writer.parts:
+        os.replace(tmp / p["name"], bundle_dir / p["name"])
+    for p in man["parts"]:
+        if p["name"] not in new:
+            (bundle_dir / p["name"]).unlink()
+    tmp.rmdir()
+    man = {**man, "parts": writer.parts}
+    out = bundle_dir / f".{MANIFEST}.tmp"
+    out.write_text(json.dumps(man, indent=2) + "\n")
+    os.replace(out, bundle_dir / MANIFEST)
+    return man
+
+
 # --------------------------------------------------------------------------- #
 # Verify and unpack
 # --------------------------------------------------------------------------- #
@@ -418,9 +453,12 @@ def _plain_errors(fn):
 
 
 def _cmd_bundle(args) -> int:
-    man = pack(args.out, profiles=args.profile or ["h200-mechanics"], part_size=args.part_size,
-               wheel_dir=args.wheel_dir, download=not args.no_download, preset=args.preset,
-               lock=args.lock)
+    if args.resplit:
+        man = resplit(args.out, args.part_size)
+    else:
+        man = pack(args.out, profiles=args.profile or ["h200-mechanics"], part_size=args.part_size,
+                   wheel_dir=args.wheel_dir, download=not args.no_download, preset=args.preset,
+                   lock=args.lock)
     for p in man["parts"]:
         print(f"{Path(args.out) / p['name']}  {p['size'] / 1e6:.1f} MB  sha256 {p['sha256'][:16]}")
     print(f"{len(man['parts'])} part(s), {man['archive']['size'] / 1e6:.1f} MB in all; "
@@ -457,6 +495,9 @@ def register(subparsers) -> None:
     b.add_argument("--lock", type=Path, default=None,
                    help="pins with hashes, a pip requirements file (default bundle/requirements-h200.txt)")
     b.add_argument("--preset", type=int, default=6, help="xz preset 0-9")
+    b.add_argument("--resplit", action="store_true",
+                   help="re-cut the bundle already in --out into parts of --part-size (its hashes "
+                        "checked; no download, no rebuild): when the tree beside a part has grown")
     b.set_defaults(func=_plain_errors(_cmd_bundle))
 
     u = subparsers.add_parser("unpack", help="verify a bundle's hashes and extract it")

@@ -66,7 +66,8 @@ def plan(files: list[Path], tree: int, limit: int = CALL_BYTES - MARGIN,
         if size > room:
             raise ValueError(f"{f}: {size / MIB:.1f} MiB does not fit in one call beside the "
                              f"{tree / MIB:.1f} MiB tree ({limit / MIB:.0f} MiB in all); split it "
-                             f"into smaller parts")
+                             f"into smaller parts (a bundle: `specdec bundle --resplit "
+                             f"--part-size {int(room * 0.9)}`)")
         for i, (used, names) in enumerate(calls):
             if used + size <= room and len(names) < max_paths:
                 calls[i] = (used + size, names + [f])

@@ -263,11 +263,32 @@ def prediction_grid_table(cost_ratios: Sequence[float], alpha: float,
 
 
 def surface_table(profile: str, results_root: Path | str | None) -> pd.DataFrame | None:
-    """:func:`surface.table` of every stored row of a surface profile; None without rows."""
+    """:func:`surface.table` of every stored row of a surface profile (of a protocol-2 one,
+    :func:`specdec.protocol.surface_table`: what users run, the speedup read from cost, each
+    method against the baseline of its own runner); None without rows."""
+    if measure_version(load_profile(profile)) >= 2:
+        from . import protocol
+
+        return protocol.surface_table(profile, Path(results_root) if results_root else None)
     runs = store.load_runs(profile, root=Path(results_root) if results_root else None)
     if runs.empty:
         return None
     return surface.table(metrics.with_speedup(metrics.summarize(runs)))
+
+
+def break_even_table(profile: str, k: int = 4,
+                     results_root: Path | str | None = None) -> pd.DataFrame | None:
+    """Each method's break-even acceptance per batch at ``k`` on a stored surface, long form:
+    a protocol-2 campaign's read from cost on the runner users get
+    (:func:`specdec.protocol.break_even`), else :func:`surface.break_even`; None without rows."""
+    if measure_version(load_profile(profile)) >= 2:
+        from . import protocol
+
+        users = protocol.users_speedups(profile, Path(results_root) if results_root else None)
+        return protocol.break_even(users[0], k) if users is not None else None
+    table = surface_table(profile, results_root)
+    return (surface.break_even(table[table["num_speculative_tokens"].isin([0, k])])
+            if table is not None else None)
 
 
 def measured_break_even(profile: str = "h200-surface", k: int = 4,
@@ -279,15 +300,7 @@ def measured_break_even(profile: str = "h200-surface", k: int = 4,
     runner users get (:func:`specdec.protocol.break_even`). The sentence orders the methods
     from the least demanding to the most; the table is empty where the profile has no rows.
     """
-    if measure_version(load_profile(profile)) >= 2:
-        from . import protocol
-
-        users = protocol.users_speedups(profile, Path(results_root) if results_root else None)
-        be = protocol.break_even(users[0], k) if users is not None else None
-    else:
-        table = surface_table(profile, results_root)
-        be = surface.break_even(table[table["num_speculative_tokens"].isin([0, k])]) \
-            if table is not None else None
+    be = break_even_table(profile, k, results_root)
     if be is None:
         return f"No rows of `{profile}` are stored yet.", pd.DataFrame()
     if be.empty:

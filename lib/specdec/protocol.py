@@ -88,6 +88,12 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
             device_name=metrics._joined(g["device_name"]) if "device_name" in g else None,
             vllm_version=metrics._joined(g["vllm_version"]) if "vllm_version" in g else None,
             timestamp_utc=g["timestamp_utc"].max(),
+            # the engine's draft counters over the repeats: their ratio is the K a dynamic-K
+            # schedule chose (specdec.surface.dynamic_vs_fixed)
+            spec_num_drafts=pd.to_numeric(g["spec_num_drafts"], errors="coerce").sum()
+            if "spec_num_drafts" in g else np.nan,
+            spec_num_draft_tokens=pd.to_numeric(g["spec_num_draft_tokens"], errors="coerce").sum()
+            if "spec_num_draft_tokens" in g else np.nan,
         )
         a, k = row["acceptance_alpha"], row["num_speculative_tokens"]
         row["expected_tokens_per_step"] = (float(theory.expected_tokens_per_step(a, k))
@@ -454,6 +460,61 @@ def users_speedups(profile: str, results_root: Path | None = None, panels: Path 
     spread = (method_spread(panel_table(panel_cells)) if panel_cells is not None
               else pd.Series(dtype=float))
     return speedups(cells(runs), panel_cells), spread
+
+
+def surface_table(profile: str, results_root: Path | None = None) -> pd.DataFrame | None:
+    """A protocol-2 campaign in the shape :func:`specdec.surface.table` gives a protocol-1 one,
+    for the readers written for it (the K sweep, dynamic K, the analytical model, the published
+    and the trained acceptance read off the cost): what users run (:func:`users_speedups`), one
+    row per cell, each speculative row against the baseline of its own runner
+    (``baseline_step_ms``; the baselines are rows of their own, with a speedup of one).
+
+    ``speedup`` is the speedup read from cost (``speedup_realised`` beside it, ``speedup_from``
+    says which): a dynamic-K cell is read at the K its schedule chose at that batch (the
+    engine's draft tokens per draft, where that is a whole number), and a cell without a set
+    acceptance (standard rejection sampling) keeps its realised speedup. ``mean_acceptance_length``
+    is the tokens per step the speedup assumes (exact from the set acceptance where read from
+    cost), so that :func:`specdec.theory.fit` recovers the set alpha. None where the campaign
+    has no rows."""
+    from .profiles import load_profile
+
+    prof = load_profile(profile)
+    users = users_speedups(profile, results_root)
+    if users is None:
+        return None
+    sp = users[0].copy()
+    dynamic = {m.name for m in prof.methods
+               if "num_speculative_tokens_per_batch_size" in (m.speculative or {})}
+    k_used = sp["spec_num_draft_tokens"] / sp["spec_num_drafts"].where(sp["spec_num_drafts"] > 0)
+    whole = (k_used - k_used.round()).abs() < 0.01
+    dyn = sp["method"].isin(dynamic)
+    for i in sp.index[dyn]:  # the expected tokens per step at the K the schedule chose
+        a = sp.at[i, "acceptance_alpha"]
+        sp.at[i, "expected_tokens_per_step"] = (float(theory.expected_tokens_per_step(a, round(k_used[i])))
+                                                if whole[i] and pd.notna(a) else np.nan)
+    e, base = sp["expected_tokens_per_step"], sp["baseline_step_ms"]
+    sp.loc[dyn, "speedup_cost"] = e * base / sp["step_ms"]
+    sp.loc[dyn, "speedup_cost_ci_low"] = e * sp["baseline_step_ms_ci_low"] / sp["step_ms_ci_high"]
+    sp.loc[dyn, "speedup_cost_ci_high"] = e * sp["baseline_step_ms_ci_high"] / sp["step_ms_ci_low"]
+    cost = sp["speedup_cost"].notna()
+    length = e.where(cost, sp["tokens_per_step"])
+    k_eff = k_used.where(dyn, sp["num_speculative_tokens"])
+    spec = sp.assign(speedup_realised=sp["speedup"],
+                     speedup=sp["speedup_cost"].where(cost, sp["speedup"]),
+                     speedup_ci_low=sp["speedup_cost_ci_low"].where(cost, sp["speedup_ci_low"]),
+                     speedup_ci_high=sp["speedup_cost_ci_high"].where(cost, sp["speedup_ci_high"]),
+                     speedup_from=np.where(cost, "cost", "realised"),
+                     mean_acceptance_length=length, acceptance_rate=(length - 1) / k_eff)
+    runs = store.load_runs(profile, results_root)
+    runs = runs[runs["workload"].isin(surface_workloads(prof))]
+    base = cells(runs[runs["method"].isin(set(sp["baseline_method"].dropna()))])
+    base = base[base["panel_phase"].isna()].assign(speedup=1.0, speedup_ci_low=1.0,
+                                                   speedup_ci_high=1.0, tokens_per_step=1.0,
+                                                   mean_acceptance_length=1.0)
+    out = pd.concat([base, spec], ignore_index=True)
+    compilation = runs.drop_duplicates("cell_id").set_index("cell_id")["compilation"]
+    return out.assign(compilation=out["cell_id"].map(compilation),
+                      speedup_status=np.where(out["speedup"].notna(), "ok", "no baseline"))
 
 
 def answer(profile: str, published: pd.DataFrame, results_root: Path | None = None,

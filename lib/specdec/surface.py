@@ -194,6 +194,8 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
                 if r["spec_num_drafts"] else np.nan
             same = fx[(fx["batch_size"] == r["batch_size"])
                       & (fx["acceptance_alpha"] == r["acceptance_alpha"])]
+            if "profile" in fx:  # a campaign's dynamic cell beside its own fixed ones
+                same = same[same["profile"] == r["profile"]]
             at_k = same[same["num_speculative_tokens"] == round(k_used)] \
                 if np.isfinite(k_used) else same.iloc[0:0]
             best = same.loc[same["speedup"].idxmax()] if len(same) else None
@@ -272,8 +274,11 @@ def speedup_from_cost(surface_df: pd.DataFrame, method: str, alpha: float, k: in
         return out
     workload = cells["workload"].mode().iloc[0]  # the baseline of the same prompts
     cells = cells[cells["workload"] == workload]
-    base = surface_df[(surface_df["method"] == BASELINE) & (surface_df["batch_size"] == batch_size)
-                      & (surface_df["workload"] == workload)]["step_ms"].dropna()
+    # a protocol-2 table names each cell's own baseline (the same runner's); else the baseline
+    base = (cells["baseline_step_ms"].dropna() if "baseline_step_ms" in cells else pd.Series(dtype=float))
+    if base.empty:
+        base = surface_df[(surface_df["method"] == BASELINE) & (surface_df["batch_size"] == batch_size)
+                          & (surface_df["workload"] == workload)]["step_ms"].dropna()
     read = _read_between(cells.groupby("acceptance_alpha")["step_ms"].median().sort_index(), alpha)
     if base.empty or read is None:
         return out
