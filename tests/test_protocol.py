@@ -146,6 +146,14 @@ def test_panel_drift_between_leases():
     assert bool(drift.loc[("L1", "end"), "agrees"]) and not bool(drift.loc[("L2", "start"), "agrees"])
     assert protocol.runner_label(V1) == "V1" and protocol.runner_label(None) is None
     assert protocol.panel_drift(table.iloc[:0]).empty
+    # in time order, not as text: lease 10 after lease 9 (the first panel is the earliest)
+    rows = []
+    for lease, scale in [("2026-12-03-h200-10", 1.0), ("2026-12-03-h200-9", 1.1)]:
+        rows += _rows("baseline", 0, None, 6.0 * scale, 1.0, lease=lease, phase="start")
+    table = protocol.panel_table(protocol.cells(pd.DataFrame(rows)))
+    assert list(table["lease_id"]) == ["2026-12-03-h200-9", "2026-12-03-h200-10"]
+    drift = protocol.panel_drift(table).set_index("lease_id")
+    assert drift.loc["2026-12-03-h200-10", "median_diff"] == pytest.approx(1 / 1.1 - 1)
 
 
 def test_summarize_counts_a_cell_by_its_last_attempt():

@@ -33,6 +33,13 @@ COLUMNS = ["lease", "device", "profile", "commit", "device_held_s", "calls", "ce
            "engine_start_s", "cells_per_device_minute", "other work"]
 
 
+def order(lease: str) -> tuple:
+    """A lease id's place in time: ``2026-12-03-h200-10`` after ``2026-12-03-h200-9`` (the
+    ids sort by date, then by number, not as text)."""
+    head, _, n = str(lease).rpartition("-")
+    return (head, int(n)) if n.isdigit() else (str(lease), 0)
+
+
 def load(path: Path | None = None) -> list[dict]:
     path = path or LEASES_PATH
     if not path.exists():

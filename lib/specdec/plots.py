@@ -133,12 +133,6 @@ def figure(title: str, size: tuple[float, float] | None = None, ncols: int = 1,
     return fig, list(axes)
 
 
-def lease_order(lease: str) -> tuple:
-    """A lease id's place in time: ``2026-12-03-h200-10`` after ``2026-12-03-h200-9``."""
-    head, _, n = lease.rpartition("-")
-    return (head, int(n)) if n.isdigit() else (lease, 0)
-
-
 def _no_data(ax, what: str = "no data") -> None:
     ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center",
             fontsize="large", color="0.4")

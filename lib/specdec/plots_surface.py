@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from . import plots
+from . import leases, plots
 from .profiles import BASELINE
 
 ALPHA_LABEL = "set acceptance α (position i accepted with α^(i+1))"
@@ -265,7 +265,7 @@ def vcpu_survey_chart(survey: pd.DataFrame,
     changing from one pass to the next, is a host that shares its cores with other work."""
     order = {"start": 0, "end": 1}
     groups = (sorted(survey.groupby(["lease_id", "panel_phase"]),
-                     key=lambda x: (plots.lease_order(x[0][0]), order.get(x[0][1], 2)))
+                     key=lambda x: (leases.order(x[0][0]), order.get(x[0][1], 2)))
               if len(survey) else [])
     fig, axes = plots.figure(title, (4.0 * max(len(groups), 1) + 0.6, 3.4),
                              ncols=max(len(groups), 1), sharey=True)

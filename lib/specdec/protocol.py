@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from . import metrics, paths, stats, store, theory
+from . import leases, metrics, paths, stats, store, theory
 from .surface import _read_between
 
 #: A cell is paired with the baseline measured on the same runner and engine core, at the
@@ -262,8 +262,9 @@ def panel_table(panel_cells: pd.DataFrame) -> pd.DataFrame:
             "engine_core", "tok_s", "tok_s_cv", "step_ms", "step_ms_cv", "tokens_per_step",
             "gpu_sm_clock_mhz", "gpu_power_w", "gpu_uuid", "timestamp_utc", "cell_id"]
     d = panel_cells[panel_cells["panel_phase"].notna()]
-    d = d.assign(_phase=d["panel_phase"].map({"start": 0, "end": 1}))
-    return d.sort_values(["lease_id", "_phase", "method", "batch_size"])[cols].reset_index(drop=True)
+    rank = {lease: i for i, lease in enumerate(sorted(d["lease_id"].dropna().unique(), key=leases.order))}
+    d = d.assign(_lease=d["lease_id"].map(rank), _phase=d["panel_phase"].map({"start": 0, "end": 1}))
+    return d.sort_values(["_lease", "_phase", "method", "batch_size"])[cols].reset_index(drop=True)
 
 
 def panel_drift(table: pd.DataFrame, metric: str = "step_ms") -> pd.DataFrame:
