@@ -134,6 +134,27 @@ def test_answer_table_reads_cost_at_the_set_alpha_with_each_methods_spread():
     assert t.loc[("eagle3", "set α = 0.8"), "panel spread"] == "±5.0%"
     assert t.loc[("medusa", "set α = 0.8"), "panel spread"] == "not in the panel (V1: moves with the host)"
 
+
+def test_answer_table_takes_the_best_measured_k_where_k_was_swept():
+    rows = _rows("baseline", 0, None, 6.0, 1.0)
+    for kk, step in ((2, 6.5), (4, 7.0), (6, 8.0)):
+        for a in (0.5, 1.0):
+            rows += _rows("eagle3", kk, a, step, theory.expected_tokens_per_step(a, kk))
+    rows += [{**r, "batch_size": 16} for r in _rows("baseline", 0, None, 6.0, 1.0)]
+    for a in (0.5, 1.0):  # batch 16: K = 4 only
+        rows += [{**r, "batch_size": 16, "cell_id": r["cell_id"] + "-16"}
+                 for r in _rows("eagle3", 4, a, 7.0, theory.expected_tokens_per_step(a, 4))]
+    sp = protocol.speedups(protocol.cells(pd.DataFrame(rows)))
+    t = protocol.answer_table(sp, pd.Series(dtype=float), pd.DataFrame(columns=["method"]), k=4,
+                              alpha=0.8, batches=(1, 16)).set_index("method")
+    best = max(((kk, theory.expected_tokens_per_step(0.8, kk) * 6.0 / step)
+                for kk, step in ((2, 6.5), (4, 7.0), (6, 8.0))), key=lambda x: x[1])
+    assert t.loc["eagle3", "batch 1"].startswith(f"{best[1]:.2f}×")
+    assert best[0] == 6 and t.loc["eagle3", "batch 1"].endswith("at K = 6")
+    assert t.loc["eagle3", "batch 16"].startswith(
+        f"{theory.expected_tokens_per_step(0.8, 4) * 6 / 7:.2f}×") and "K =" not in t.loc["eagle3", "batch 16"]
+
+
 def test_panel_drift_between_leases():
     rows = []
     for lease, phase, scale in [("L1", "start", 1.0), ("L1", "end", 1.01), ("L2", "start", 1.2)]:

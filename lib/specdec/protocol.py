@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from . import leases, metrics, paths, stats, store, theory
-from .surface import _read_between
+from .surface import _read_between, dynamic_k_methods
 
 #: A cell is paired with the baseline measured on the same runner and engine core, at the
 #: same batch size, workload and temperature.
@@ -399,11 +399,26 @@ def method_spread(table: pd.DataFrame, metric: str = "step_ms") -> pd.Series:
     return pd.Series(out, name=f"{metric}_spread")
 
 
+def best_read(speedup_df: pd.DataFrame, method: str, alpha: float, batch: int,
+              k: int = 4) -> dict | None:
+    """:func:`read_at` at the best measured K where the method's K was swept at this batch
+    (``swept`` True), else at ``k``; None where nothing brackets ``alpha``."""
+    mine = speedup_df[(speedup_df["method"] == method) & (speedup_df["batch_size"] == batch)]
+    ks = sorted(int(x) for x in mine["num_speculative_tokens"].unique())
+    reads = [r for kk in (ks if len(ks) > 1 else [k])
+             if (r := read_at(speedup_df, method, alpha, kk, batch)) is not None]
+    if not reads:
+        return None
+    return {**max(reads, key=lambda x: x["speedup_cost"]), "swept": len(reads) > 1}
+
+
 def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.DataFrame,
                  k: int = 4, alpha: float = 0.8, batches: Sequence[int] = (1, 16, 64)) -> pd.DataFrame:
     """What speculation buys on the H200, per method: the speedup read from cost at a set
     alpha and, where a published acceptance of the method's class exists, at the alpha it
-    implies, for each batch size; with its interval and the method's panel spread."""
+    implies, for each batch size; with its interval and the method's panel spread. At the
+    best measured K (named in the cell) where the method's K was swept at that batch, else at
+    ``k``."""
     rows = []
     for method in sorted(set(speedup_df["method"])):
         alphas = [(f"set α = {alpha:g}", alpha)]
@@ -413,13 +428,14 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
         for label, a in alphas:
             row = {"method": method, "acceptance": label}
             for b in batches:
-                r = read_at(speedup_df, method, a, k, b)
+                r = best_read(speedup_df, method, a, b, k)
                 if r is None:
                     row[f"batch {b}"] = "not measured yet"
                     continue
                 row["runner"] = r["runner"]
                 row[f"batch {b}"] = (f"{r['speedup_cost']:.2f}× "
-                                     f"[{r['speedup_cost_ci_low']:.2f}, {r['speedup_cost_ci_high']:.2f}]")
+                                     f"[{r['speedup_cost_ci_low']:.2f}, {r['speedup_cost_ci_high']:.2f}]"
+                                     + (f" at K = {r['num_speculative_tokens']}" if r["swept"] else ""))
             s = spread.get(method, np.nan)
             row["panel spread"] = (f"±{s / 2:.1%}" if pd.notna(s) else
                                    "one panel" if method in spread.index else
@@ -484,8 +500,7 @@ def surface_table(profile: str, results_root: Path | None = None) -> pd.DataFram
     if users is None:
         return None
     sp = users[0].copy()
-    dynamic = {m.name for m in prof.methods
-               if "num_speculative_tokens_per_batch_size" in (m.speculative or {})}
+    dynamic = set(dynamic_k_methods(prof))
     k_used = sp["spec_num_draft_tokens"] / sp["spec_num_drafts"].where(sp["spec_num_drafts"] > 0)
     whole = (k_used - k_used.round()).abs() < 0.01
     dyn = sp["method"].isin(dynamic)
@@ -524,8 +539,14 @@ def answer(profile: str, published: pd.DataFrame, results_root: Path | None = No
     """:func:`answer_table` of a protocol-2 campaign (:func:`users_speedups`) at the
     ``published`` acceptance (:func:`specdec.claims.published.table`): the table the protocol
     chapter and the conclusions open with; None where the campaign has no rows."""
+    from .profiles import load_profile
+
     users = users_speedups(profile, results_root, panels, runs, panel_runs)
-    return None if users is None else answer_table(*users, published, **table_args)
+    if users is None:
+        return None
+    # vLLM's dynamic K is a way to choose K, not a method of its own (the surface chapter)
+    dynamic = set(dynamic_k_methods(load_profile(profile)))
+    return answer_table(users[0][~users[0]["method"].isin(dynamic)], users[1], published, **table_args)
 
 
 def host_evidence(runs: pd.DataFrame) -> dict:
