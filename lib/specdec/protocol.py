@@ -496,7 +496,8 @@ def surface_table(profile: str, results_root: Path | None = None) -> pd.DataFram
     from .profiles import load_profile
 
     prof = load_profile(profile)
-    users = users_speedups(profile, results_root)
+    runs = store.load_runs(profile, results_root)
+    users = users_speedups(profile, results_root, runs=runs)
     if users is None:
         return None
     sp = users[0].copy()
@@ -521,7 +522,6 @@ def surface_table(profile: str, results_root: Path | None = None) -> pd.DataFram
                      speedup_ci_high=sp["speedup_cost_ci_high"].where(cost, sp["speedup_ci_high"]),
                      speedup_from=np.where(cost, "cost", "realised"),
                      mean_acceptance_length=length, acceptance_rate=(length - 1) / k_eff)
-    runs = store.load_runs(profile, results_root)
     runs = runs[runs["workload"].isin(surface_workloads(prof))]
     base = cells(runs[runs["method"].isin(set(sp["baseline_method"].dropna()))])
     base = base[base["panel_phase"].isna()].assign(speedup=1.0, speedup_ci_low=1.0,
