@@ -107,7 +107,7 @@ def test_break_even_reads_the_cost_where_the_speedup_reaches_one():
     expect = next(a for a in grid if theory.expected_tokens_per_step(a, 4) * 6 / 9 >= 1)
     assert be["break_even_alpha"] == pytest.approx(expect) and not be["pays_from_lowest"]
     assert be["alpha_low"] <= be["break_even_alpha"] <= be["alpha_high"]
-    surf = protocol.surface_rows(sp, 4).set_index("acceptance_alpha")
+    surf = protocol.as_surface(sp).set_index("acceptance_alpha")
     assert surf.loc[1.0, "speedup"] == pytest.approx(5 * 6 / 9)
     assert list(surf["unstable"]) == [False, True, False]
     never = protocol.speedups(protocol.cells(pd.DataFrame(

@@ -49,10 +49,15 @@ def runner_label(model_runner) -> str | None:
                             if "." in str(model_runner) else str(model_runner))
 
 
-def cells(runs: pd.DataFrame) -> pd.DataFrame:
+def cells(runs: pd.DataFrame, drafted_k: Sequence[str] = ()) -> pd.DataFrame:
     """One row per measured cell (per lease and panel phase for panel rows): medians over the
     last attempt's repeats of throughput, step time and tokens per step, with CVs, intervals,
-    the GPU stamps and what the engine ran on."""
+    the GPU stamps and what the engine ran on.
+
+    ``expected_tokens_per_step`` is exact for the set rates at the cell's K; for the methods
+    named in ``drafted_k`` (vLLM's dynamic K: the K changes with the batch) at the K the engine
+    drafted at (its draft tokens per draft, where that is a whole number; else NaN, no exact
+    expectation), kept as ``k_drafted``."""
     rows = []
     keys = ["profile", "cell_id", "method", "num_speculative_tokens", "batch_size", "workload",
             "temperature", "acceptance_alpha", "lease_id", "panel_phase"]
@@ -96,8 +101,13 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
             if "spec_num_draft_tokens" in g else np.nan,
         )
         a, k = row["acceptance_alpha"], row["num_speculative_tokens"]
+        if row["method"] in drafted_k:
+            per = row["spec_num_draft_tokens"] / row["spec_num_drafts"] if row["spec_num_drafts"] else np.nan
+            k = round(per) if np.isfinite(per) and abs(per - round(per)) < 0.01 else None
+        row["k_drafted"] = k
         row["expected_tokens_per_step"] = (float(theory.expected_tokens_per_step(a, k))
-                                           if a is not None and pd.notna(a) else float("nan"))
+                                           if k is not None and a is not None and pd.notna(a)
+                                           else float("nan"))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -345,18 +355,6 @@ def read_at(speedup_df: pd.DataFrame, method: str, alpha: float, k: int, batch: 
             "speedup_cost_ci_high": e * base_hi / lo}
 
 
-def surface_rows(speedup_df: pd.DataFrame, k: int = 4,
-                 threshold: float = stats.CV_THRESHOLD) -> pd.DataFrame:
-    """The K = ``k`` surface as the surface figures draw it (:func:`specdec.plots_surface.
-    speedup_vs_alpha`): each measured set-acceptance cell with its speedup read from cost as
-    ``speedup`` (and interval), ``unstable`` where its CV stayed above ``threshold``."""
-    d = speedup_df[(speedup_df["num_speculative_tokens"] == k)
-                   & speedup_df["acceptance_alpha"].notna()].dropna(subset=["speedup_cost"])
-    return d.assign(speedup=d["speedup_cost"], speedup_ci_low=d["speedup_cost_ci_low"],
-                    speedup_ci_high=d["speedup_cost_ci_high"],
-                    unstable=d["tok_s_cv"] > threshold)
-
-
 def break_even(speedup_df: pd.DataFrame, k: int = 4, step: float = 0.01) -> pd.DataFrame:
     """Per method and batch: the least set acceptance at which the speedup read from cost
     (:func:`read_at`) reaches 1, on a grid of ``step``; ``alpha_low`` and ``alpha_high`` where
@@ -476,23 +474,38 @@ def users_speedups(profile: str, results_root: Path | None = None, panels: Path 
     panel_cells = cells(panel_runs) if len(panel_runs) else None
     spread = (method_spread(panel_table(panel_cells)) if panel_cells is not None
               else pd.Series(dtype=float))
-    return speedups(cells(runs), panel_cells), spread
+    return speedups(cells(runs, drafted_k=list(dynamic_k_methods(prof))), panel_cells), spread
+
+
+def as_surface(speedup_df: pd.DataFrame, baseline_cells: pd.DataFrame | None = None) -> pd.DataFrame:
+    """:func:`speedups` in the shape :func:`specdec.surface.table` gives a protocol-1 campaign,
+    for the readers written for it (the surface figures, the K sweep, dynamic K, the analytical
+    model, the published and the trained acceptance read off the cost): ``speedup`` (and its
+    interval) is the speedup read from cost where there is one, else the realised one (a
+    standard-sampler cell, a dynamic-K cell at no whole K), ``speedup_realised`` beside it,
+    ``speedup_from`` says which; ``mean_acceptance_length`` is the tokens per step the speedup
+    assumes, so that :func:`specdec.theory.fit` recovers the set alpha. Each speculative row
+    keeps the step time of its own runner's baseline (``baseline_step_ms``); the
+    ``baseline_cells`` (:func:`cells`), if given, are rows of their own, with a speedup of one."""
+    cost = speedup_df["speedup_cost"].notna()
+    length = speedup_df["expected_tokens_per_step"].where(cost, speedup_df["tokens_per_step"])
+    spec = speedup_df.assign(
+        speedup_realised=speedup_df["speedup"],
+        speedup=speedup_df["speedup_cost"].where(cost, speedup_df["speedup"]),
+        speedup_ci_low=speedup_df["speedup_cost_ci_low"].where(cost, speedup_df["speedup_ci_low"]),
+        speedup_ci_high=speedup_df["speedup_cost_ci_high"].where(cost, speedup_df["speedup_ci_high"]),
+        speedup_from=np.where(cost, "cost", "realised"), mean_acceptance_length=length,
+        acceptance_rate=(length - 1) / speedup_df["k_drafted"].fillna(speedup_df["num_speculative_tokens"]))
+    if baseline_cells is None or baseline_cells.empty:
+        return spec
+    base = baseline_cells.assign(speedup=1.0, speedup_ci_low=1.0, speedup_ci_high=1.0,
+                                 tokens_per_step=1.0, mean_acceptance_length=1.0)
+    return pd.concat([base, spec], ignore_index=True)
 
 
 def surface_table(profile: str, results_root: Path | None = None) -> pd.DataFrame | None:
-    """A protocol-2 campaign in the shape :func:`specdec.surface.table` gives a protocol-1 one,
-    for the readers written for it (the K sweep, dynamic K, the analytical model, the published
-    and the trained acceptance read off the cost): what users run (:func:`users_speedups`), one
-    row per cell, each speculative row against the baseline of its own runner
-    (``baseline_step_ms``; the baselines are rows of their own, with a speedup of one).
-
-    ``speedup`` is the speedup read from cost (``speedup_realised`` beside it, ``speedup_from``
-    says which): a dynamic-K cell is read at the K its schedule chose at that batch (the
-    engine's draft tokens per draft, where that is a whole number), and a cell without a set
-    acceptance (standard rejection sampling) keeps its realised speedup. ``mean_acceptance_length``
-    is the tokens per step the speedup assumes (exact from the set acceptance where read from
-    cost), so that :func:`specdec.theory.fit` recovers the set alpha. None where the campaign
-    has no rows."""
+    """:func:`as_surface` of what users run in a protocol-2 campaign (:func:`users_speedups`),
+    with the baselines they compare with, every stored cell; None where it has no rows."""
     from .profiles import load_profile
 
     prof = load_profile(profile)
@@ -500,34 +513,9 @@ def surface_table(profile: str, results_root: Path | None = None) -> pd.DataFram
     users = users_speedups(profile, results_root, runs=runs)
     if users is None:
         return None
-    sp = users[0].copy()
-    dynamic = set(dynamic_k_methods(prof))
-    k_used = sp["spec_num_draft_tokens"] / sp["spec_num_drafts"].where(sp["spec_num_drafts"] > 0)
-    whole = (k_used - k_used.round()).abs() < 0.01
-    dyn = sp["method"].isin(dynamic)
-    for i in sp.index[dyn]:  # the expected tokens per step at the K the schedule chose
-        a = sp.at[i, "acceptance_alpha"]
-        sp.at[i, "expected_tokens_per_step"] = (float(theory.expected_tokens_per_step(a, round(k_used[i])))
-                                                if whole[i] and pd.notna(a) else np.nan)
-    e, base = sp["expected_tokens_per_step"], sp["baseline_step_ms"]
-    sp.loc[dyn, "speedup_cost"] = e * base / sp["step_ms"]
-    sp.loc[dyn, "speedup_cost_ci_low"] = e * sp["baseline_step_ms_ci_low"] / sp["step_ms_ci_high"]
-    sp.loc[dyn, "speedup_cost_ci_high"] = e * sp["baseline_step_ms_ci_high"] / sp["step_ms_ci_low"]
-    cost = sp["speedup_cost"].notna()
-    length = e.where(cost, sp["tokens_per_step"])
-    k_eff = k_used.where(dyn, sp["num_speculative_tokens"])
-    spec = sp.assign(speedup_realised=sp["speedup"],
-                     speedup=sp["speedup_cost"].where(cost, sp["speedup"]),
-                     speedup_ci_low=sp["speedup_cost_ci_low"].where(cost, sp["speedup_ci_low"]),
-                     speedup_ci_high=sp["speedup_cost_ci_high"].where(cost, sp["speedup_ci_high"]),
-                     speedup_from=np.where(cost, "cost", "realised"),
-                     mean_acceptance_length=length, acceptance_rate=(length - 1) / k_eff)
     runs = runs[runs["workload"].isin(surface_workloads(prof))]
-    base = cells(runs[runs["method"].isin(set(sp["baseline_method"].dropna()))])
-    base = base[base["panel_phase"].isna()].assign(speedup=1.0, speedup_ci_low=1.0,
-                                                   speedup_ci_high=1.0, tokens_per_step=1.0,
-                                                   mean_acceptance_length=1.0)
-    out = pd.concat([base, spec], ignore_index=True)
+    base = cells(runs[runs["method"].isin(set(users[0]["baseline_method"].dropna()))])
+    out = as_surface(users[0], base[base["panel_phase"].isna()])
     compilation = runs.drop_duplicates("cell_id").set_index("cell_id")["compilation"]
     return out.assign(compilation=out["cell_id"].map(compilation),
                       speedup_status=np.where(out["speedup"].notna(), "ok", "no baseline"))
