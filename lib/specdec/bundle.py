@@ -280,10 +280,15 @@ def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-mechanics",),
                     "bytes": sum(r["size"] for r in removed),
                     "rules_matching_nothing": missing_trims},
     }
+    _write_manifest(out_dir, manifest)
+    return manifest
+
+
+def _write_manifest(out_dir: Path, manifest: dict) -> None:
+    """manifest.json, written whole or not at all."""
     tmp = out_dir / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(tmp, out_dir / MANIFEST)
-    return manifest
 
 
 def resplit(bundle_dir: Path | str, part_size: int) -> dict:
@@ -315,9 +320,7 @@ def resplit(bundle_dir: Path | str, part_size: int) -> dict:
             (bundle_dir / p["name"]).unlink()
     tmp.rmdir()
     man = {**man, "parts": writer.parts}
-    out = bundle_dir / f".{MANIFEST}.tmp"
-    out.write_text(json.dumps(man, indent=2) + "\n")
-    os.replace(out, bundle_dir / MANIFEST)
+    _write_manifest(bundle_dir, man)
     return man
 
 

@@ -523,13 +523,16 @@ def surface_table(profile: str, results_root: Path | None = None) -> pd.DataFram
 
 def answer(profile: str, published: pd.DataFrame, results_root: Path | None = None,
            panels: Path | None = None, runs: pd.DataFrame | None = None,
-           panel_runs: pd.DataFrame | None = None, **table_args) -> pd.DataFrame | None:
-    """:func:`answer_table` of a protocol-2 campaign (:func:`users_speedups`) at the
-    ``published`` acceptance (:func:`specdec.claims.published.table`): the table the protocol
-    chapter and the conclusions open with; None where the campaign has no rows."""
+           panel_runs: pd.DataFrame | None = None, users: tuple | None = None,
+           **table_args) -> pd.DataFrame | None:
+    """:func:`answer_table` of a protocol-2 campaign (:func:`users_speedups`, or the ``users``
+    a chapter has already computed) at the ``published`` acceptance
+    (:func:`specdec.claims.published.table`): the table the protocol chapter and the
+    conclusions open with; None where the campaign has no rows."""
     from .profiles import load_profile
 
-    users = users_speedups(profile, results_root, panels, runs, panel_runs)
+    users = users if users is not None else users_speedups(profile, results_root, panels, runs,
+                                                           panel_runs)
     if users is None:
         return None
     # vLLM's dynamic K is a way to choose K, not a method of its own (the surface chapter)
