@@ -74,6 +74,23 @@ bg_start() {  # the script /tmp/bg.sh, written after bg_tree
   echo $! > /tmp/bg.pid
 }
 
+# What this lease has landed so far, into $1: the cells measured in it (only those: earlier
+# leases' cells were dated back), its control panels (data/panels/<lease>-<phase>/<profile>/),
+# vLLM's own log of every engine (what an engine start spent its time on) and the logs. Every
+# Parquet file is whole (written to a temporary name, then renamed), so a snapshot taken while
+# a run goes on merges like a finished one. The status is the rows' (a `&&` chain must know).
+pack_out() {
+  [ -d /tmp/results ] || return 1
+  (cd /tmp/results && find . \( -name '*.parquet' -o -name '*.peer.json' \) -newer /tmp/lease-start -print0 \
+     | tar czf "$1/results.tgz" --null -T -) || return 1
+  [ -d /tmp/panels ] && tar czf "$1/panels.tgz" -C /tmp panels
+  local ld
+  ld=$(PYTHONPATH=$PWD/lib:${PYTHONPATH:-} python3 -c 'from specdec import paths; print(paths.CACHE_DIR / "logs")' 2>/dev/null)
+  [ -n "$ld" ] && [ -d "$ld" ] && tar czf "$1/engine-logs.tgz" -C "$ld" .
+  cp /tmp/run.log /tmp/lease.log "$1/" 2>/dev/null
+  return 0
+}
+
 case "$step" in
 receive)
   mkdir -p /tmp/b
@@ -160,15 +177,8 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   set +f
   echo "measure-end $(stamp)" >> /tmp/lease.log
   python3 -m specdec.cli status "$profile" --results-root /tmp/results 2>/dev/null | tee -a /tmp/run.log
-  # Only what this lease measured goes back.
-  (cd /tmp/results && find . \( -name '*.parquet' -o -name '*.peer.json' \) -newer /tmp/lease-start -print0 \
-     | tar czf "$OUT/results.tgz" --null -T -) && cp /tmp/run.log /tmp/lease.log "$OUT/"
+  pack_out "$OUT"
   rc=$?
-  # the control panels (data/panels/<lease>-<phase>/<profile>/), all of this lease's so far
-  [ -d /tmp/panels ] && tar czf "$OUT/panels.tgz" -C /tmp panels
-  # vLLM's own log of every engine (what an engine start spent its time on), all of this lease's
-  ld=$(python3 -c 'from specdec import paths; print(paths.CACHE_DIR / "logs")' 2>/dev/null)
-  [ -n "$ld" ] && [ -d "$ld" ] && tar czf "$OUT/engine-logs.tgz" -C "$ld" .
   ls -la "$OUT"
   # the rows went back or did not: a chain behind this call (`&&`) must know which
   exit "$rc"
@@ -200,6 +210,11 @@ wait)
     cp /tmp/bgout/* "$OUT/" 2>/dev/null; cp /tmp/bg.log "$OUT/" 2>/dev/null
     echo "background run over"; ls -la "$OUT"
   else
+    # The machine goes back when the session is idle for 30 s (a stalled client loses it):
+    # every wait returns what has landed so far, so a lost machine costs only what came
+    # after the last wait (lease 13 lost 20 minutes of rows this way).
+    pack_out "$OUT" && cp /tmp/bg.log "$OUT/" 2>/dev/null \
+      && echo "so far: $(tar tzf "$OUT/results.tgz" | grep -c 'runs.parquet$') cell(s) in results.tgz"
     echo "background run still going"
   fi
   ;;

@@ -239,3 +239,44 @@ def test_a_source_without_result_files_is_refused(tmp_path):
     (tmp_path / "src" / "run.log").write_text("nothing measured")
     with pytest.raises(MergeError, match=r"no \.parquet or \.peer\.json files"):
         merge.merge(tmp_path / "src", results_root=tmp_path / "dest")
+
+
+def test_a_wait_on_a_running_lease_returns_what_has_landed_and_it_merges(tmp_path):
+    """scripts/lease.sh wait: while the background run goes on, every wait returns the cells
+    measured so far (lease 13 lost its machine mid-run and, before this, all of its rows)."""
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    tmp = Path("/tmp")
+    ours = [tmp / "results", tmp / "lease-start", tmp / "bgout", tmp / "bg.pid", tmp / "bg.log"]
+    if any(p.exists() for p in ours):
+        pytest.skip("/tmp holds a lease's files (a lease runs on this machine?)")
+    cells = _cells()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        old = _write(tmp / "results", cells[0])  # an earlier lease's cell, dated back
+        for f in (tmp / "results" / H200).iterdir():
+            os.utime(f, (946684800, 946684800))
+        (tmp / "lease-start").touch()
+        time.sleep(0.01)
+        new = _write(tmp / "results", cells[1])
+        (tmp / "bgout").mkdir()
+        (tmp / "bg.pid").write_text(str(sleeper.pid))
+        (tmp / "bg.log").write_text("stage 1/2: k-sweep\n")
+        out = tmp_path / "out"
+        done = subprocess.run(["bash", "scripts/lease.sh", "wait", "1"], cwd=repo, text=True,
+                              capture_output=True, env={**os.environ, "OUT": str(out)})
+        assert done.returncode == 0, done.stderr
+        assert "so far: 1 cell(s) in results.tgz" in done.stdout
+        assert "background run still going" in done.stdout
+        assert (out / "bg.log").is_file()
+        rep = merge.merge(out / "results.tgz", profile=H200, results_root=tmp_path / "dest")
+        assert rep.merged == [f"{H200}/{new}"] and f"{H200}/{old}" not in rep.merged
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for p in ours:
+            subprocess.run(["rm", "-rf", str(p)], check=False)
