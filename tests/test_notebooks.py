@@ -40,7 +40,8 @@ def test_notebook_executes_in_replay_mode(notebook, executed_chapters):
               if o.get("output_type") == "error"]
     assert not errors, f"{notebook.name}: {errors[0]['ename']}: {errors[0]['evalue']}"
     # Prose may only cite glued values (tests/test_prose.py); each must exist once executed.
-    cited = {name for c in nb.cells if c.cell_type == "markdown"
+    # (`name:myst` pastes a Markdown value parsed as MyST: myst-nb's format suffix)
+    cited = {re.sub(r":(myst|commonmark)$", "", name) for c in nb.cells if c.cell_type == "markdown"
              for name in re.findall(r"\{glue(?::\w+)?\}`([^`]+)`", c.source)}
     glued = {o.get("metadata", {}).get("scrapbook", {}).get("name")
              for c in nb.cells for o in c.get("outputs", [])}
