@@ -84,9 +84,9 @@ pack_out() {
   (cd /tmp/results && find . \( -name '*.parquet' -o -name '*.peer.json' \) -newer /tmp/lease-start -print0 \
      | tar czf "$1/results.tgz" --null -T -) || return 1
   [ -d /tmp/panels ] && tar czf "$1/panels.tgz" -C /tmp panels
-  local ld
-  ld=$(PYTHONPATH=$PWD/lib:${PYTHONPATH:-} python3 -c 'from specdec import paths; print(paths.CACHE_DIR / "logs")' 2>/dev/null)
-  [ -n "$ld" ] && [ -d "$ld" ] && tar czf "$1/engine-logs.tgz" -C "$ld" .
+  # (specdec.paths.CACHE_DIR/logs of the tree that runs: $2, default this call's tree)
+  local ld=${SPECDEC_CACHE:-${2:-$PWD}/.cache}/logs
+  [ -d "$ld" ] && tar czf "$1/engine-logs.tgz" -C "$ld" .
   cp /tmp/run.log /tmp/lease.log "$1/" 2>/dev/null
   return 0
 }
@@ -213,7 +213,7 @@ wait)
     # The machine goes back when the session is idle for 30 s (a stalled client loses it):
     # every wait returns what has landed so far, so a lost machine costs only what came
     # after the last wait (lease 13 lost 20 minutes of rows this way).
-    pack_out "$OUT" && cp /tmp/bg.log "$OUT/" 2>/dev/null \
+    pack_out "$OUT" /tmp/tree && cp /tmp/bg.log "$OUT/" 2>/dev/null \
       && echo "so far: $(tar tzf "$OUT/results.tgz" | grep -c 'runs.parquet$') cell(s) in results.tgz"
     echo "background run still going"
   fi
