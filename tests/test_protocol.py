@@ -167,6 +167,11 @@ def test_panel_drift_between_leases():
     assert bool(drift.loc[("L1", "end"), "agrees"]) and not bool(drift.loc[("L2", "start"), "agrees"])
     assert protocol.runner_label(V1) == "V1" and protocol.runner_label(None) is None
     assert protocol.panel_drift(table.iloc[:0]).empty
+    # within a lease: L1 only (L2 has its start panel alone)
+    inside = protocol.within_lease(table)
+    assert set(inside["lease_id"]) == {"L1"} and len(inside) == 2
+    assert inside["move"].to_numpy() == pytest.approx([0.01, 0.01])
+    assert protocol.within_lease(table[table["panel_phase"] == "start"]).empty
     # in time order, not as text: lease 10 after lease 9 (the first panel is the earliest)
     rows = []
     for lease, scale in [("2026-12-03-h200-10", 1.0), ("2026-12-03-h200-9", 1.1)]:

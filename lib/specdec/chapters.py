@@ -42,16 +42,18 @@ def protocol1_caveat(profiles: str | Sequence[str],
     for profile in [profiles] if isinstance(profiles, str) else profiles:
         try:
             prof = load_profile(profile)
+            if measure_version(prof) >= 2 or prof.hardware.kind == "cpu":
+                continue
             runs = store.load_runs(profile, root)
         except (ProfileError, FileNotFoundError, store.SchemaError):
             continue
-        runs = runs[runs["status"] == "ok"]
-        if measure_version(prof) >= 2 or runs.empty or prof.hardware.kind == "cpu":
+        ok = runs[runs["status"] == "ok"]
+        if ok.empty:
             continue
-        cells = runs["cell_id"].nunique()
-        repeats = int(runs.groupby("cell_id").size().median())
-        tokens = sorted(int(t) for t in runs["max_tokens"].dropna().unique())
-        names = leases.of_profile(profile, root)
+        cells = ok["cell_id"].nunique()
+        repeats = int(ok.groupby("cell_id").size().median())
+        tokens = sorted(int(t) for t in ok["max_tokens"].dropna().unique())
+        names = leases.of_profile(profile, root, runs=runs)
         where = (f"one lease ({names[0]})" if len(names) == 1 else
                  f"{len(names)} leases ({', '.join(names)})" if names else "leases not recorded")
         again = "; they were not measured again" if len(names) == 1 else ""

@@ -382,6 +382,19 @@ def break_even(speedup_df: pd.DataFrame, k: int = 4, step: float = 0.01) -> pd.D
     return pd.DataFrame(rows)
 
 
+def within_lease(table: pd.DataFrame, metric: str = "step_ms") -> pd.DataFrame:
+    """How far each panel cell moved within its lease, from the start panel to the end one
+    (``move``: ``metric`` at the end over the start, less one), for the leases that have both
+    panels, in time order (:func:`panel_table`'s); a lease with one panel has no such move."""
+    cols = ["lease_id", "method", "batch_size", "cell_id", "start", "end", "move"]
+    wide = table.pivot_table(index=["lease_id", "method", "batch_size", "cell_id"],
+                             columns="panel_phase", values=metric, sort=False)
+    if not {"start", "end"} <= set(wide.columns):
+        return pd.DataFrame(columns=cols)
+    wide = wide.dropna(subset=["start", "end"]).reset_index()
+    return wide.assign(move=wide["end"] / wide["start"] - 1.0)[cols].reset_index(drop=True)
+
+
 def method_spread(table: pd.DataFrame, metric: str = "step_ms") -> pd.Series:
     """Per method, the largest relative difference of ``metric`` between any two panel
     measurements of the same cell (leases and phases): how far a repeat of the method's
@@ -733,6 +746,10 @@ def _cmd_panel(args) -> int:
         print()
         print("drift of the step time from the first panel (median and worst cell):")
         print(panel_drift(table).to_string(index=False))
+        print()
+        print("move of each panel cell's step time within its lease (end over start):")
+        inside = within_lease(table)
+        print(inside.round(4).to_string(index=False) if len(inside) else "  no lease with both panels")
         print()
         print("largest move of a panel cell's step time, per method:")
         print(method_spread(table).to_string())
