@@ -123,6 +123,29 @@ def test_surface_figures_draw_and_say_no_data(h200):
         assert any("no data" in t.get_text() for ax in empty.axes for t in ax.texts)
 
 
+def test_k_sweep_marks_the_cell_of_another_lease_and_the_panels_own():
+    rows = pd.DataFrame([{"method": "e", "batch_size": b, "num_speculative_tokens": k,
+                          "acceptance_alpha": 0.8, "speedup": 1.0 + k / 10,
+                          "speedup_ci_low": 1.0, "speedup_ci_high": 2.0,
+                          "lease_id": "L2" if k == 4 else "L1", "profile": "p"}
+                         for b in (1, 16) for k in (1, 2, 3, 4, 5)])
+    panel = pd.DataFrame([{"method": "e", "batch_size": 16, "num_speculative_tokens": 4,
+                           "acceptance_alpha": 0.8, "speedup_cost": 1.5, "lease_id": "L1"},
+                          {"method": "e", "batch_size": 1, "num_speculative_tokens": 4,
+                           "acceptance_alpha": 0.8, "speedup_cost": 1.5, "lease_id": "L9"}])
+    fig = plots_surface.k_sweep(rows, panel)
+    axes = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in axes] == ["e, batch 1", "e, batch 16"]
+    # hollow K = 4 (lease L2) in both panels; a star only where the line's own lease (L1) has one
+    hollow = [ax for ax in axes if any(c.get_offsets().shape[0] == 1
+                                       and c.get_offsets()[0][0] == 4 for c in ax.collections
+                                       if c.get_label() == "measured in another lease")]
+    stars = [ax.get_title() for ax in axes for c in ax.collections
+             if c.get_label() == "the line's own lease (control panel)"]
+    assert len(hollow) == 2 and stars == ["e, batch 16"]
+    assert any("no data" in t.get_text() for ax in plots_surface.k_sweep(None).axes for t in ax.texts)
+
+
 def test_old_files_read_the_added_columns_as_null(tmp_path):
     runs = store.load_runs("cpu-smollm2")
     assert runs["acceptance_alpha"].isna().all() and runs["synthetic_rates"].isna().all()
