@@ -151,6 +151,14 @@ def test_answer_table_takes_the_best_measured_k_where_k_was_swept():
                 for kk, step in ((2, 6.5), (4, 7.0), (6, 8.0))), key=lambda x: x[1])
     assert t.loc["eagle3", "batch 1"].startswith(f"{best[1]:.2f}×")
     assert best[0] == 6 and t.loc["eagle3", "batch 1"].endswith("at K = 6")
+    # a K whose interval reaches into the best one's is named beside it: a tie, not a loser
+    wide = sp.assign(step_ms_ci_low=sp["step_ms_ci_low"].where(
+        sp["num_speculative_tokens"] != 4, 1.0))  # K = 4's step may be far shorter
+    r = protocol.best_read(wide, "eagle3", 0.8, 1)
+    assert r["num_speculative_tokens"] == 6 and r["overlaps"] == [4]
+    t2 = protocol.answer_table(wide, pd.Series(dtype=float), pd.DataFrame(columns=["method"]), k=4,
+                               alpha=0.8, batches=(1,)).set_index("method")
+    assert t2.loc["eagle3", "batch 1"].endswith("at K = 6 (K = 4 within the interval)")
     assert t.loc["eagle3", "batch 16"].startswith(
         f"{theory.expected_tokens_per_step(0.8, 4) * 6 / 7:.2f}×") and "K =" not in t.loc["eagle3", "batch 16"]
 

@@ -413,14 +413,18 @@ def method_spread(table: pd.DataFrame, metric: str = "step_ms") -> pd.Series:
 def best_read(speedup_df: pd.DataFrame, method: str, alpha: float, batch: int,
               k: int = 4) -> dict | None:
     """:func:`read_at` at the best measured K where the method's K was swept at this batch
-    (``swept`` True), else at ``k``; None where nothing brackets ``alpha``."""
+    (``swept`` True), else at ``k``; None where nothing brackets ``alpha``. ``overlaps``: the
+    other K whose interval reaches into the best one's (the "best" K is a tie with them)."""
     mine = speedup_df[(speedup_df["method"] == method) & (speedup_df["batch_size"] == batch)]
     ks = sorted(int(x) for x in mine["num_speculative_tokens"].unique())
     reads = [r for kk in (ks if len(ks) > 1 else [k])
              if (r := read_at(speedup_df, method, alpha, kk, batch)) is not None]
     if not reads:
         return None
-    return {**max(reads, key=lambda x: x["speedup_cost"]), "swept": len(reads) > 1}
+    best = max(reads, key=lambda x: x["speedup_cost"])
+    overlaps = [r["num_speculative_tokens"] for r in reads if r is not best
+                and r["speedup_cost_ci_high"] >= best["speedup_cost_ci_low"]]
+    return {**best, "swept": len(reads) > 1, "overlaps": overlaps}
 
 
 def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.DataFrame,
@@ -428,8 +432,8 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
     """What speculation buys on the H200, per method: the speedup read from cost at a set
     alpha and, where a published acceptance of the method's class exists, at the alpha it
     implies, for each batch size; with its interval and the method's panel spread. At the
-    best measured K (named in the cell) where the method's K was swept at that batch, else at
-    ``k``."""
+    best measured K (named in the cell, with the K whose interval overlaps its own) where the
+    method's K was swept at that batch, else at ``k``."""
     rows = []
     for method in sorted(set(speedup_df["method"])):
         alphas = [(f"set α = {alpha:g}", alpha)]
@@ -446,7 +450,9 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
                 row["runner"] = r["runner"]
                 row[f"batch {b}"] = (f"{r['speedup_cost']:.2f}× "
                                      f"[{r['speedup_cost_ci_low']:.2f}, {r['speedup_cost_ci_high']:.2f}]"
-                                     + (f" at K = {r['num_speculative_tokens']}" if r["swept"] else ""))
+                                     + (f" at K = {r['num_speculative_tokens']}" if r["swept"] else "")
+                                     + (f" (K = {', '.join(map(str, r['overlaps']))} within the interval)"
+                                        if r["overlaps"] else ""))
             s = spread.get(method, np.nan)
             row["panel spread"] = (f"±{s / 2:.1%}" if pd.notna(s) else
                                    "one panel" if method in spread.index else
