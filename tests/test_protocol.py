@@ -152,8 +152,9 @@ def test_answer_table_takes_the_best_measured_k_where_k_was_swept():
     assert t.loc["eagle3", "batch 1"].startswith(f"{best[1]:.2f}×")
     assert best[0] == 6 and t.loc["eagle3", "batch 1"].endswith("at K = 6")
     # a K whose interval reaches into the best one's is named beside it: a tie, not a loser
-    wide = sp.assign(step_ms_ci_low=sp["step_ms_ci_low"].where(
-        sp["num_speculative_tokens"] != 4, 1.0))  # K = 4's step may be far shorter
+    # K = 6's step may be as long as 9 ms: K = 4's reading (2.88x) then lies in its interval, K = 2's not
+    wide = sp.assign(step_ms_ci_high=sp["step_ms_ci_high"].where(
+        sp["num_speculative_tokens"] != 6, 9.0))
     r = protocol.best_read(wide, "eagle3", 0.8, 1)
     assert r["num_speculative_tokens"] == 6 and r["overlaps"] == [4]
     t2 = protocol.answer_table(wide, pd.Series(dtype=float), pd.DataFrame(columns=["method"]), k=4,

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specdec import leases, metrics, plots_surface, store, surface
+from specdec import leases, metrics, plots_surface, protocol, store, surface
 
 
 def _cell(alpha, k=2, drafts=1000, per_pos=None, method="m", batch=1, speedup=1.0, **kw):
@@ -133,7 +133,7 @@ def test_k_sweep_marks_the_cell_of_another_lease_and_the_panels_own():
                            "acceptance_alpha": 0.8, "speedup_cost": 1.5, "lease_id": "L1"},
                           {"method": "e", "batch_size": 1, "num_speculative_tokens": 4,
                            "acceptance_alpha": 0.8, "speedup_cost": 1.5, "lease_id": "L9"}])
-    fig = plots_surface.k_sweep(rows, panel)
+    fig = plots_surface.k_sweep(*protocol.sweep_own_panel(rows, panel))
     axes = [ax for ax in fig.axes if ax.get_title()]
     assert [ax.get_title() for ax in axes] == ["e, batch 1", "e, batch 16"]
     # hollow K = 4 (lease L2) in both panels; a star only where the line's own lease (L1) has one

@@ -145,19 +145,18 @@ def dynamic_k(df: pd.DataFrame | None, alpha: float,
     return fig
 
 
-def k_sweep(df: pd.DataFrame | None, in_lease: pd.DataFrame | None = None,
+def k_sweep(lines: pd.DataFrame | None, own: pd.DataFrame | None = None,
             title: str = "Speedup against K, read from cost") -> Figure:
     """The K sweep: a row of panels per method, one per batch size, one line per set alpha
-    (with CI error bars). A point measured in another lease than most of its line (K = 4 comes
-    from the surface's lease) is drawn hollow; ``in_lease`` (:func:`protocol.panel_speedups`
-    rows) adds the same method, K, batch and alpha as measured by the control panel of the
-    line's own lease, as stars: where a hollow point and a star differ, the lease did.
+    (with CI error bars). A cell taken from another lease than its line's (``other_lease``)
+    is drawn hollow; ``own`` adds the same configuration as the control panel of the line's
+    lease measured it, as stars: where a hollow point and a star differ, the lease did.
 
-    Input: :func:`protocol.as_surface` rows of the swept methods (``lease_id`` kept).
+    Input: :func:`protocol.sweep_own_panel`'s two frames.
     """
     plots.set_theme()
     need = ["method", "batch_size", "num_speculative_tokens", "acceptance_alpha", "speedup"]
-    d = None if df is None or plots._is_empty(df, need) else df.dropna(subset=need)
+    d = None if lines is None or plots._is_empty(lines, need) else lines.dropna(subset=need)
     methods = sorted(d["method"].unique()) if d is not None else []
     batches = sorted(d["batch_size"].unique()) if d is not None else []
     nr, nc = max(len(methods), 1), max(len(batches), 1)
@@ -170,8 +169,8 @@ def k_sweep(df: pd.DataFrame | None, in_lease: pd.DataFrame | None = None,
     if d is None:
         plots._no_data(axes[0][0])
         return fig
-    alphas = sorted(d["acceptance_alpha"].unique())
-    colours = {a: f"C{i}" for i, a in enumerate(alphas)}
+    colours = {a: f"C{i}" for i, a in enumerate(sorted(d["acceptance_alpha"].unique()))}
+    own = own if own is not None else pd.DataFrame(columns=need[:4] + ["speedup_cost"])
     for (i, m), (j, b) in ((x, y) for x in enumerate(methods) for y in enumerate(batches)):
         ax = axes[i][j]
         plots._baseline_line(ax)
@@ -180,22 +179,16 @@ def k_sweep(df: pd.DataFrame | None, in_lease: pd.DataFrame | None = None,
             ax.errorbar(g["num_speculative_tokens"], g["speedup"],
                         yerr=plots._errors(g, "speedup", "speedup_ci_low", "speedup_ci_high", 1.0),
                         color=colours[a], marker="o", capsize=3, label=f"set α = {a:g}")
-            home = g["lease_id"].mode()
-            other = g[g["lease_id"] != home.iloc[0]] if len(home) else g.iloc[:0]
+            other = g[g["other_lease"]]
             if len(other):
                 ax.scatter(other["num_speculative_tokens"], other["speedup"], s=70, zorder=5,
                            facecolor="white", edgecolor=colours[a], linewidth=1.5,
                            label="measured in another lease")
-            if in_lease is not None and len(in_lease) and len(home):
-                own = in_lease[(in_lease["method"] == m) & (in_lease["batch_size"] == b)
-                               & (in_lease["acceptance_alpha"] == a)
-                               & (in_lease["lease_id"] == home.iloc[0])
-                               & ~in_lease["num_speculative_tokens"].isin(
-                                   g.loc[g["lease_id"] == home.iloc[0], "num_speculative_tokens"])]
-                if len(own):
-                    ax.scatter(own["num_speculative_tokens"], own["speedup_cost"], marker="*",
-                               s=110, zorder=6, color=colours[a],
-                               label="the line's own lease (control panel)")
+            star = own[(own["method"] == m) & (own["batch_size"] == b) & (own["acceptance_alpha"] == a)]
+            if len(star):
+                ax.scatter(star["num_speculative_tokens"], star["speedup_cost"], marker="*",
+                           s=110, zorder=6, color=colours[a],
+                           label="the line's own lease (control panel)")
         ax.set_title(f"{m}, batch {int(b)}", fontsize="small")
         plots._integer_ticks(ax, d["num_speculative_tokens"])
     _legend(fig, list(axes.flat))

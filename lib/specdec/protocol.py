@@ -414,7 +414,8 @@ def best_read(speedup_df: pd.DataFrame, method: str, alpha: float, batch: int,
               k: int = 4) -> dict | None:
     """:func:`read_at` at the best measured K where the method's K was swept at this batch
     (``swept`` True), else at ``k``; None where nothing brackets ``alpha``. ``overlaps``: the
-    other K whose interval reaches into the best one's (the "best" K is a tie with them)."""
+    other K whose reading lies inside the best one's interval (the "best" K is a tie with them;
+    the rule of :func:`specdec.surface.best_k`'s runner-up)."""
     mine = speedup_df[(speedup_df["method"] == method) & (speedup_df["batch_size"] == batch)]
     ks = sorted(int(x) for x in mine["num_speculative_tokens"].unique())
     reads = [r for kk in (ks if len(ks) > 1 else [k])
@@ -423,7 +424,7 @@ def best_read(speedup_df: pd.DataFrame, method: str, alpha: float, batch: int,
         return None
     best = max(reads, key=lambda x: x["speedup_cost"])
     overlaps = [r["num_speculative_tokens"] for r in reads if r is not best
-                and r["speedup_cost_ci_high"] >= best["speedup_cost_ci_low"]]
+                and r["speedup_cost"] >= best["speedup_cost_ci_low"]]
     return {**best, "swept": len(reads) > 1, "overlaps": overlaps}
 
 
@@ -432,8 +433,8 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
     """What speculation buys on the H200, per method: the speedup read from cost at a set
     alpha and, where a published acceptance of the method's class exists, at the alpha it
     implies, for each batch size; with its interval and the method's panel spread. At the
-    best measured K (named in the cell, with the K whose interval overlaps its own) where the
-    method's K was swept at that batch, else at ``k``."""
+    best measured K (named in the cell, with the K whose reading lies inside its interval) where
+    the method's K was swept at that batch, else at ``k``."""
     rows = []
     for method in sorted(set(speedup_df["method"])):
         alphas = [(f"set α = {alpha:g}", alpha)]
@@ -685,6 +686,27 @@ def panel_speedups(panel_cells: pd.DataFrame) -> pd.DataFrame:
         if len(s):
             out.append(s.assign(panel_phase=phase))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def sweep_own_panel(sweep: pd.DataFrame, panel_sp: pd.DataFrame | None
+                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A K sweep's lines (method, batch, set alpha; :func:`as_surface` rows) with the lease most
+    of each line was measured in (``home_lease``) and ``other_lease`` True on a cell taken from
+    another lease (K = 4 is the surface's); and, for each such cell, the same configuration as
+    the control panel of the line's home lease measured it (:func:`panel_speedups` rows, the
+    cell's own reading beside them as ``other_speedup``): the like-for-like of that cell."""
+    line = ["method", "batch_size", "acceptance_alpha"]
+    home = sweep.groupby(line)["lease_id"].agg(lambda v: v.mode().iloc[0]).rename("home_lease")
+    lines = sweep.join(home, on=line)
+    lines = lines.assign(other_lease=lines["lease_id"] != lines["home_lease"])
+    if panel_sp is None or panel_sp.empty:
+        return lines, pd.DataFrame(columns=line + ["num_speculative_tokens", "speedup_cost",
+                                                   "other_speedup"])
+    other = lines[lines["other_lease"]][line + ["num_speculative_tokens", "home_lease", "speedup"]]
+    own = panel_sp.merge(other.rename(columns={"speedup": "other_speedup"}),
+                         left_on=line + ["num_speculative_tokens", "lease_id"],
+                         right_on=line + ["num_speculative_tokens", "home_lease"])
+    return lines, own
 
 
 def controls(speedup_df: pd.DataFrame, k: int = 4, batches: Sequence[int] = (1, 16),
