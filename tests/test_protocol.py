@@ -135,11 +135,20 @@ def test_answer_table_reads_cost_at_the_set_alpha_with_each_methods_spread():
     assert t.loc[("medusa", "set α = 0.8"), "panel spread"] == "not in the panel (V1: moves with the host)"
 
 
-def test_answer_table_takes_the_best_measured_k_where_k_was_swept():
+STEPS = ((1, 6.2), (2, 6.5), (4, 7.0), (6, 8.0), (8, 11.0))  # ms per step at each K
+
+
+def _swept(steps=STEPS, lease_of=lambda kk: None):
     rows = _rows("baseline", 0, None, 6.0, 1.0)
-    for kk, step in ((2, 6.5), (4, 7.0), (6, 8.0)):
+    for kk, step in steps:
         for a in (0.5, 1.0):
-            rows += _rows("eagle3", kk, a, step, theory.expected_tokens_per_step(a, kk))
+            rows += _rows("eagle3", kk, a, step, theory.expected_tokens_per_step(a, kk),
+                          lease=lease_of(kk))
+    return rows
+
+
+def test_answer_table_takes_the_best_measured_k_where_k_was_swept():
+    rows = _swept()
     rows += [{**r, "batch_size": 16} for r in _rows("baseline", 0, None, 6.0, 1.0)]
     for a in (0.5, 1.0):  # batch 16: K = 4 only
         rows += [{**r, "batch_size": 16, "cell_id": r["cell_id"] + "-16"}
@@ -147,12 +156,12 @@ def test_answer_table_takes_the_best_measured_k_where_k_was_swept():
     sp = protocol.speedups(protocol.cells(pd.DataFrame(rows)))
     t = protocol.answer_table(sp, pd.Series(dtype=float), pd.DataFrame(columns=["method"]), k=4,
                               alpha=0.8, batches=(1, 16)).set_index("method")
-    best = max(((kk, theory.expected_tokens_per_step(0.8, kk) * 6.0 / step)
-                for kk, step in ((2, 6.5), (4, 7.0), (6, 8.0))), key=lambda x: x[1])
+    best = max(((kk, theory.expected_tokens_per_step(0.8, kk) * 6.0 / step) for kk, step in STEPS),
+               key=lambda x: x[1])
     assert t.loc["eagle3", "batch 1"].startswith(f"{best[1]:.2f}×")
     assert best[0] == 6 and t.loc["eagle3", "batch 1"].endswith("at K = 6")
     # a K whose interval reaches into the best one's is named beside it: a tie, not a loser
-    # K = 6's step may be as long as 9 ms: K = 4's reading (2.88x) then lies in its interval, K = 2's not
+    # K = 6's step may be as long as 9 ms: K = 4's reading (2.88x) then lies in its interval, K = 8's not
     wide = sp.assign(step_ms_ci_high=sp["step_ms_ci_high"].where(
         sp["num_speculative_tokens"] != 6, 9.0))
     r = protocol.best_read(wide, "eagle3", 0.8, 1)
@@ -162,6 +171,32 @@ def test_answer_table_takes_the_best_measured_k_where_k_was_swept():
     assert t2.loc["eagle3", "batch 1"].endswith("at K = 6 (K = 4 within the interval)")
     assert t.loc["eagle3", "batch 16"].startswith(
         f"{theory.expected_tokens_per_step(0.8, 4) * 6 / 7:.2f}×") and "K =" not in t.loc["eagle3", "batch 16"]
+
+
+def test_best_read_needs_a_sweep_of_five_k_as_best_k_does():
+    """Three K measured are not a sweep (surface.best_k's rule): the reading stays at K = 4,
+    although K = 6 reads higher."""
+    sp = protocol.speedups(protocol.cells(pd.DataFrame(_swept(STEPS[1:4]))))
+    r = protocol.best_read(sp, "eagle3", 0.8, 1)
+    assert r["num_speculative_tokens"] == 4 and not r["swept"]
+    assert protocol.best_read(sp, "eagle3", 0.8, 1, min_ks=3)["num_speculative_tokens"] == 6
+
+
+def test_answer_table_names_the_k_of_another_lease_within_the_spread():
+    """K = 4 read in another lease than the best K = 6, 2.8 % below it: inside a 5 % panel
+    spread (two hosts may differ by that much) it is named as not beaten; inside a 1 % spread
+    it is beaten. Both readings' own intervals are narrow (no tie by the interval)."""
+    sp = protocol.speedups(protocol.cells(pd.DataFrame(_swept(lease_of=lambda kk: "L2" if kk == 4 else "L1"))))
+    r = protocol.best_read(sp, "eagle3", 0.8, 1, spread=0.05)
+    assert r["num_speculative_tokens"] == 6 and r["overlaps"] == [] and r["within_spread"] == [4]
+    assert r["leases"] == ["L1", "L2"]
+    assert protocol.best_read(sp, "eagle3", 0.8, 1, spread=0.01)["within_spread"] == []
+    t = protocol.answer_table(sp, pd.Series({"eagle3": 0.05}), pd.DataFrame(columns=["method"]),
+                              k=4, alpha=0.8, batches=(1,)).set_index("method")
+    assert t.loc["eagle3", "batch 1"].endswith("at K = 6 (K = 4 within the spread, in another lease)")
+    # the same K in the best one's own lease is judged by its interval alone
+    same = protocol.speedups(protocol.cells(pd.DataFrame(_swept(lease_of=lambda kk: "L1"))))
+    assert protocol.best_read(same, "eagle3", 0.8, 1, spread=0.05)["within_spread"] == []
 
 
 def test_panel_drift_between_leases():
@@ -293,6 +328,14 @@ def test_controls_take_the_default_from_the_panel_of_the_same_lease():
     assert list(zip(ctrl["method"], ctrl["lease_id"], ctrl["panel_phase"].fillna("-"))) == [
         ("draft-1b", "L7", "-"), ("draft-1b", "L9", "start"), ("draft-1b-async", "L9", "-")]
     assert ctrl["step_ms"].tolist() == pytest.approx([12.0, 14.0, 11.0])
+    # the panel measures no V1 baseline: without the campaign's, its V1 cells have no speedup;
+    # with it, they are read against the baseline the campaign's own V1 cells are read against
+    assert ps["speedup_cost"].isna().all()
+    ps2 = protocol.panel_speedups(protocol.cells(pd.DataFrame(panel)), protocol.cells(pd.DataFrame(rows)))
+    one = ps2[(ps2["lease_id"] == "L9")].iloc[0]
+    assert one["baseline_method"] == "baseline-v1" and one["baseline_lease"] == "L7"
+    assert one["speedup_cost"] == pytest.approx(theory.expected_tokens_per_step(0.8, 4) * 5.0 / 14.0)
+    assert len(ps2) == len(ps)  # the campaign's cells add no panel rows
 
 
 def test_surface_table_gives_the_surface_readers_cost_on_each_runner(monkeypatch):
@@ -333,3 +376,18 @@ def test_surface_table_gives_the_surface_readers_cost_on_each_runner(monkeypatch
     fit = theory.fit(t, t["method"] != "none", alpha_source="per_token")
     got = fit.predictions.set_index(["method", "batch_size"])
     assert got.loc[("eagle3", 1), "alpha"] == pytest.approx(0.8, abs=1e-6)
+
+
+def test_panel_range_spans_the_panels_of_every_lease_and_gpu():
+    rows = []
+    for lease, gpu, step in (("L1", "G1", 12.0), ("L2", "G2", 24.0), ("L3", None, 16.0)):
+        for phase in ("start", "end"):
+            rows += [{**r, "gpu_uuid": gpu} for r in
+                     _rows("baseline", 0, None, 5.0, 1.0, lease=lease, phase=phase)
+                     + _rows("draft-1b", 4, 0.8, step, 3.3, lease=lease, phase=phase)]
+    ps = protocol.panel_speedups(protocol.cells(pd.DataFrame(rows)))
+    r = protocol.panel_range(ps, "draft-1b").iloc[0]
+    e = theory.expected_tokens_per_step(0.8, 4)
+    assert r["low"] == pytest.approx(e * 5 / 24) and r["high"] == pytest.approx(e * 5 / 12)
+    assert (r["panels"], r["leases"], r["gpus"]) == (6, 3, 3)  # L3's unrecorded GPU counts once
+    assert protocol.panel_range(ps, "eagle3").empty

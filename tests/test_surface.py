@@ -143,6 +143,13 @@ def test_k_sweep_marks_the_cell_of_another_lease_and_the_panels_own():
     stars = [ax.get_title() for ax in axes for c in ax.collections
              if c.get_label() == "the line's own lease (control panel)"]
     assert len(hollow) == 2 and stars == ["e, batch 16"]
+    assert not [c for ax in axes for c in ax.collections if c.get_label() == "spread between control panels"]
+    # the method's spread between panels shades each line: ± half of it around the speedup
+    fig = plots_surface.k_sweep(*protocol.sweep_own_panel(rows, panel), pd.Series({"e": 0.2}))
+    bands = [c for ax in fig.axes for c in ax.collections if c.get_label() == "spread between control panels"]
+    assert len(bands) == 2
+    ys = bands[0].get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(1.1 * 0.9) and ys.max() == pytest.approx(1.5 * 1.1)
     assert any("no data" in t.get_text() for ax in plots_surface.k_sweep(None).axes for t in ax.texts)
 
 

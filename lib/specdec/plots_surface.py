@@ -146,11 +146,14 @@ def dynamic_k(df: pd.DataFrame | None, alpha: float,
 
 
 def k_sweep(lines: pd.DataFrame | None, own: pd.DataFrame | None = None,
+            spread: pd.Series | None = None,
             title: str = "Speedup against K, read from cost") -> Figure:
     """The K sweep: a row of panels per method, one per batch size, one line per set alpha
     (with CI error bars). A cell taken from another lease than its line's (``other_lease``)
     is drawn hollow; ``own`` adds the same configuration as the control panel of the line's
     lease measured it, as stars: where a hollow point and a star differ, the lease did.
+    ``spread`` (:func:`protocol.method_spread`, per method) shades each line by ± half the
+    method's largest move between control panels: its uncertainty from lease to lease.
 
     Input: :func:`protocol.sweep_own_panel`'s two frames.
     """
@@ -179,6 +182,11 @@ def k_sweep(lines: pd.DataFrame | None, own: pd.DataFrame | None = None,
             ax.errorbar(g["num_speculative_tokens"], g["speedup"],
                         yerr=plots._errors(g, "speedup", "speedup_ci_low", "speedup_ci_high", 1.0),
                         color=colours[a], marker="o", capsize=3, label=f"set α = {a:g}")
+            s = spread.get(m) if spread is not None else None
+            if s is not None and pd.notna(s) and s > 0:
+                ax.fill_between(g["num_speculative_tokens"], g["speedup"] * (1 - s / 2),
+                                g["speedup"] * (1 + s / 2), color=colours[a], alpha=0.12,
+                                linewidth=0, label="spread between control panels")
             other = g[g["other_lease"]]
             if len(other):
                 ax.scatter(other["num_speculative_tokens"], other["speedup"], s=70, zorder=5,

@@ -333,7 +333,8 @@ def read_at(speedup_df: pd.DataFrame, method: str, alpha: float, k: int, batch: 
     linearly between the measured alphas around ``alpha`` (:func:`specdec.surface._read_between`;
     a step's cost hardly moves with alpha), times the exact expected tokens per step, over the
     same-runner baseline's step time. ``from_alphas``: read from these measured alphas only.
-    None where no measured alpha brackets ``alpha``."""
+    None where no measured alpha brackets ``alpha``. ``leases``: the leases of the two
+    measured alphas it was read between."""
     g = speedup_df[(speedup_df["method"] == method) & (speedup_df["num_speculative_tokens"] == k)
                    & (speedup_df["batch_size"] == batch)].dropna(subset=["acceptance_alpha"])
     if from_alphas is not None:
@@ -344,15 +345,17 @@ def read_at(speedup_df: pd.DataFrame, method: str, alpha: float, k: int, batch: 
     read = [_read_between(curves[c], alpha) for c in ("step_ms", "step_ms_ci_low", "step_ms_ci_high")]
     if read[0] is None:
         return None
-    (step, _, _), (lo, _, _), (hi, _, _) = read
+    (step, a_lo, a_hi), (lo, _, _), (hi, _, _) = read
     b = g.iloc[0]
+    used = g[g["acceptance_alpha"].isin([a_lo, a_hi])]
     base, base_lo, base_hi = (b["baseline_step_ms"], b["baseline_step_ms_ci_low"],
                               b["baseline_step_ms_ci_high"])
     e = float(theory.expected_tokens_per_step(alpha, k))
     return {"method": method, "runner": b["runner"], "baseline_method": b["baseline_method"],
             "num_speculative_tokens": k, "batch_size": batch, "acceptance_alpha": alpha,
             "speedup_cost": e * base / step, "speedup_cost_ci_low": e * base_lo / hi,
-            "speedup_cost_ci_high": e * base_hi / lo}
+            "speedup_cost_ci_high": e * base_hi / lo,
+            "leases": sorted(set(used["lease_id"].dropna())) if "lease_id" in used else []}
 
 
 def break_even(speedup_df: pd.DataFrame, k: int = 4, step: float = 0.01) -> pd.DataFrame:
@@ -411,21 +414,32 @@ def method_spread(table: pd.DataFrame, metric: str = "step_ms") -> pd.Series:
 
 
 def best_read(speedup_df: pd.DataFrame, method: str, alpha: float, batch: int,
-              k: int = 4) -> dict | None:
+              k: int = 4, min_ks: int = 5, spread: float | None = None) -> dict | None:
     """:func:`read_at` at the best measured K where the method's K was swept at this batch
-    (``swept`` True), else at ``k``; None where nothing brackets ``alpha``. ``overlaps``: the
-    other K whose reading lies inside the best one's interval (the "best" K is a tie with them;
-    the rule of :func:`specdec.surface.best_k`'s runner-up)."""
+    (``swept`` True: at least ``min_ks`` K measured, :func:`specdec.surface.best_k`'s rule),
+    else at ``k``; None where nothing brackets ``alpha``. ``overlaps``: the other K whose
+    reading lies inside the best one's interval (the "best" K is a tie with them; the rule of
+    :func:`specdec.surface.best_k`'s runner-up). ``within_spread``: the other K read in other
+    leases than the best one whose reading is within the method's panel ``spread`` of it
+    (reading ≥ best / (1 + spread)): two hosts may differ by that much, so the difference
+    is not a finding. ``leases``: the leases the readings come from."""
     mine = speedup_df[(speedup_df["method"] == method) & (speedup_df["batch_size"] == batch)]
     ks = sorted(int(x) for x in mine["num_speculative_tokens"].unique())
-    reads = [r for kk in (ks if len(ks) > 1 else [k])
+    reads = [r for kk in (ks if len(ks) >= min_ks else [k])
              if (r := read_at(speedup_df, method, alpha, kk, batch)) is not None]
     if not reads:
         return None
     best = max(reads, key=lambda x: x["speedup_cost"])
     overlaps = [r["num_speculative_tokens"] for r in reads if r is not best
                 and r["speedup_cost"] >= best["speedup_cost_ci_low"]]
-    return {**best, "swept": len(reads) > 1, "overlaps": overlaps}
+    within_spread = ([r["num_speculative_tokens"] for r in reads if r is not best
+                      and r["num_speculative_tokens"] not in overlaps
+                      and set(r["leases"]) != set(best["leases"])
+                      and r["speedup_cost"] * (1 + spread) >= best["speedup_cost"]]
+                     if spread is not None and pd.notna(spread) else [])
+    leases = sorted({lease for r in reads for lease in r["leases"]})
+    return {**best, "swept": len(reads) > 1, "overlaps": overlaps,
+            "within_spread": within_spread, "leases": leases}
 
 
 def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.DataFrame,
@@ -433,8 +447,9 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
     """What speculation buys on the H200, per method: the speedup read from cost at a set
     alpha and, where a published acceptance of the method's class exists, at the alpha it
     implies, for each batch size; with its interval and the method's panel spread. At the
-    best measured K (named in the cell, with the K whose reading lies inside its interval) where
-    the method's K was swept at that batch, else at ``k``."""
+    best measured K (named in the cell, with the K whose reading lies inside its interval, and
+    the K read in another lease within the method's spread of it) where the method's K was
+    swept at that batch, else at ``k``."""
     rows = []
     for method in sorted(set(speedup_df["method"])):
         alphas = [(f"set α = {alpha:g}", alpha)]
@@ -444,7 +459,7 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
         for label, a in alphas:
             row = {"method": method, "acceptance": label}
             for b in batches:
-                r = best_read(speedup_df, method, a, b, k)
+                r = best_read(speedup_df, method, a, b, k, spread=spread.get(method, np.nan))
                 if r is None:
                     row[f"batch {b}"] = "not measured yet"
                     continue
@@ -453,7 +468,10 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
                                      f"[{r['speedup_cost_ci_low']:.2f}, {r['speedup_cost_ci_high']:.2f}]"
                                      + (f" at K = {r['num_speculative_tokens']}" if r["swept"] else "")
                                      + (f" (K = {', '.join(map(str, r['overlaps']))} within the interval)"
-                                        if r["overlaps"] else ""))
+                                        if r["overlaps"] else "")
+                                     + (f" (K = {', '.join(map(str, r['within_spread']))} "
+                                        f"within the spread, in another lease)"
+                                        if r["within_spread"] else ""))
             s = spread.get(method, np.nan)
             row["panel spread"] = (f"±{s / 2:.1%}" if pd.notna(s) else
                                    "one panel" if method in spread.index else
@@ -677,15 +695,41 @@ CONTROLS = {"eagle3": ["eagle3-v1", "eagle3-v1-inproc"],
             "draft-1b": ["draft-1b-inproc", "draft-1b-async", "draft-1b-pinned"]}
 
 
-def panel_speedups(panel_cells: pd.DataFrame) -> pd.DataFrame:
+def panel_speedups(panel_cells: pd.DataFrame, baselines: pd.DataFrame | None = None) -> pd.DataFrame:
     """:func:`speedups` of the control panels: each panel (lease, phase) paired within itself,
-    its speculative cells beside its own baseline; ``panel_phase`` kept on the rows."""
+    its speculative cells beside its own baseline; ``panel_phase`` kept on the rows.
+
+    The panel measures the baseline on the default runner only. A panel cell of a method on
+    another runner (the 1B draft, V1) takes its baseline from ``baselines`` (the campaign's
+    :func:`cells`; only its K = 0 cells are read), by :func:`speedups`' rule: the panel's own
+    lease where it measured that baseline, else the first of the campaign's, the one the
+    campaign's own cells of that method are read against. Without it such a cell has no
+    speedup."""
+    base = pd.DataFrame()
+    if baselines is not None and len(baselines):
+        base = baselines[baselines["num_speculative_tokens"] == 0]
+        base = base[base["panel_phase"].isna()] if "panel_phase" in base else base
     out = []
     for (lease, phase), g in panel_cells.groupby(["lease_id", "panel_phase"]):
-        s = speedups(g.assign(panel_phase=None))
+        s = speedups(pd.concat([g, base], ignore_index=True).assign(panel_phase=None))
         if len(s):
             out.append(s.assign(panel_phase=phase))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def panel_range(panel_sp: pd.DataFrame, method: str) -> pd.DataFrame:
+    """Per batch size, the lowest and highest speedup read from cost that the control panels
+    (:func:`panel_speedups` rows) measured for ``method``'s panel cell, over how many panels,
+    leases and GPUs (``gpu_uuid``; a lease on an unrecorded GPU counts as one): what the same
+    configuration gave from host to host."""
+    d = panel_sp[(panel_sp["method"] == method)].dropna(subset=["speedup_cost"])
+    rows = []
+    for b, g in d.groupby("batch_size"):
+        gpus = g["gpu_uuid"].fillna(g["lease_id"]) if "gpu_uuid" in g else g["lease_id"]
+        rows.append({"batch_size": int(b), "low": float(g["speedup_cost"].min()),
+                     "high": float(g["speedup_cost"].max()), "panels": len(g),
+                     "leases": int(g["lease_id"].nunique()), "gpus": int(gpus.nunique())})
+    return pd.DataFrame(rows, columns=["batch_size", "low", "high", "panels", "leases", "gpus"])
 
 
 def sweep_own_panel(sweep: pd.DataFrame, panel_sp: pd.DataFrame | None
@@ -706,6 +750,8 @@ def sweep_own_panel(sweep: pd.DataFrame, panel_sp: pd.DataFrame | None
     own = panel_sp.merge(other.rename(columns={"speedup": "other_speedup"}),
                          left_on=line + ["num_speculative_tokens", "lease_id"],
                          right_on=line + ["num_speculative_tokens", "home_lease"])
+    own = (own.assign(_p=own["panel_phase"].map({"start": 0, "end": 1}))  # start, then end
+           .sort_values(line + ["_p"], kind="stable").drop(columns="_p").reset_index(drop=True))
     return lines, own
 
 
