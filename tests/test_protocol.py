@@ -391,3 +391,14 @@ def test_panel_range_spans_the_panels_of_every_lease_and_gpu():
     assert r["low"] == pytest.approx(e * 5 / 24) and r["high"] == pytest.approx(e * 5 / 12)
     assert (r["panels"], r["leases"], r["gpus"]) == (6, 3, 3)  # L3's unrecorded GPU counts once
     assert protocol.panel_range(ps, "eagle3").empty
+
+
+def test_sweep_own_panel_gives_the_start_panel_before_the_end():
+    line = {"method": "e", "batch_size": 1, "acceptance_alpha": 0.8}
+    sweep = pd.DataFrame([{**line, "num_speculative_tokens": k, "speedup": 1.0 + k / 10,
+                           "lease_id": "L2" if k == 4 else "L1"} for k in (1, 2, 4)])
+    panel = pd.DataFrame([{**line, "num_speculative_tokens": 4, "speedup_cost": v,
+                           "lease_id": "L1", "panel_phase": p} for p, v in (("end", 1.6), ("start", 1.5))])
+    lines, own = protocol.sweep_own_panel(sweep, panel)
+    assert list(own["panel_phase"]) == ["start", "end"] and list(own["other_speedup"]) == [1.4, 1.4]
+    assert lines["other_lease"].tolist() == [False, False, True]

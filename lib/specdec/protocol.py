@@ -750,8 +750,9 @@ def sweep_own_panel(sweep: pd.DataFrame, panel_sp: pd.DataFrame | None
     own = panel_sp.merge(other.rename(columns={"speedup": "other_speedup"}),
                          left_on=line + ["num_speculative_tokens", "lease_id"],
                          right_on=line + ["num_speculative_tokens", "home_lease"])
-    own = (own.assign(_p=own["panel_phase"].map({"start": 0, "end": 1}))  # start, then end
-           .sort_values(line + ["_p"], kind="stable").drop(columns="_p").reset_index(drop=True))
+    if "panel_phase" in own:  # start, then end
+        own = (own.assign(_p=own["panel_phase"].map({"start": 0, "end": 1}))
+               .sort_values(line + ["_p"], kind="stable").drop(columns="_p").reset_index(drop=True))
     return lines, own
 
 
