@@ -285,10 +285,9 @@ def test_committed_results_match_live_run(live):
     prov = provenance.collect()
     f = claims.CLAIMS_DIR / claims.checks_filename(prov["vllm_package"], prov["vllm_version"])
     assert f.is_file(), f"no committed results for the installed vLLM: run `specdec claims`"
-    import pyarrow.parquet as pq
 
-    store.check_provenance(pd.read_parquet(f), where=f.name)
-    rec = {r["check_id"]: r for r in pq.read_table(f).to_pylist()}
+    store.check_provenance(store.read_parquet(f).to_pandas(use_threads=False), where=f.name)
+    rec = {r["check_id"]: r for r in store.read_parquet(f).to_pylist()}
     assert set(rec) == {r["check_id"] for r in live}
     for r in live:
         got = rec[r["check_id"]]
@@ -317,7 +316,7 @@ def test_exact_vllm_errors_are_recorded(live):
 def test_checks_written_atomically_with_provenance(live, tmp_path):
     out = claims.write_checks(live, tmp_path)
     assert out.name == f"api_checks-{live[0]['vllm_package']}-{live[0]['vllm_version']}.parquet"
-    df = pd.read_parquet(out)
+    df = store.read_parquet(out).to_pandas(use_threads=False)
     assert list(df.columns[:len(claims.CHECK_COLUMNS)]) == claims.CHECK_COLUMNS
     store.check_provenance(df)
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary left behind
@@ -326,7 +325,7 @@ def test_checks_written_atomically_with_provenance(live, tmp_path):
 def test_ledger_table_shows_each_vllm_version(tmp_path):
     src = next(claims.CLAIMS_DIR.glob("api_checks-*.parquet"))
     shutil.copy(src, tmp_path / src.name)
-    other = pd.read_parquet(src).assign(vllm_package="vllm", vllm_version="0.26.0")
+    other = store.read_parquet(src).to_pandas(use_threads=False).assign(vllm_package="vllm", vllm_version="0.26.0")
     other.to_parquet(tmp_path / "api_checks-vllm-0.26.0.parquet")
     table = claims.ledger_table(root=tmp_path, checks=claims.load_checks(tmp_path))
     assert len(table) == 36

@@ -88,9 +88,8 @@ def test_merge_refuses_cells_the_profile_does_not_define(tmp_path):
     cid = _write(src, _cells()[0])
     # The same rows, claimed for a cell id the profile has no cell for.
     f = store.runs_path(H200, cid, src)
-    import pyarrow.parquet as pq
 
-    t = pq.read_table(f).to_pandas()
+    t = store.read_parquet(f).to_pandas(use_threads=False)
     t["cell_id"] = "draft-1layer-k99-b1-random-t0-deadbeef"
     store.atomic_write_table(store.pa.Table.from_pandas(t, schema=store.RUNS_SCHEMA,
                                                         preserve_index=False),

@@ -141,7 +141,7 @@ def test_missing_column_is_named():
 
 
 def test_empty_runs_give_empty_summary():
-    empty = store.RUNS_SCHEMA.empty_table().to_pandas()
+    empty = store.RUNS_SCHEMA.empty_table().to_pandas(use_threads=False)
     s = metrics.summarize(empty)
     assert s.empty and list(s.columns) == metrics.SUMMARY_COLUMNS
     assert metrics.with_speedup(s).empty

@@ -116,7 +116,7 @@ def test_theory_vs_measured_and_what_if(speedups, tmp_path):
                                 plots.what_if_acceptance, plots.acceptance_vs_temperature])
 def test_empty_input_says_no_data(fn, tmp_path):
     from specdec import store
-    no_rows = metrics.with_speedup(metrics.summarize(store.RUNS_SCHEMA.empty_table().to_pandas()))
+    no_rows = metrics.with_speedup(metrics.summarize(store.RUNS_SCHEMA.empty_table().to_pandas(use_threads=False)))
     for empty in (pd.DataFrame(), None, no_rows):
         fig = fn(empty)
         assert isinstance(fig, Figure)

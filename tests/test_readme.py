@@ -10,7 +10,7 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specdec import cli, leases, paths, profiles
+from specdec import cli, leases, paths, profiles, store
 
 
 def test_readme_section_is_what_the_rows_say():
@@ -25,7 +25,7 @@ def test_readme_section_is_what_the_rows_say():
 def _copy_cells(src: str, dest, n: int, extra: dict | None = None) -> None:
     dest.mkdir(parents=True)
     for f in sorted((paths.RESULTS_DIR / src).glob("*.runs.parquet"))[:n]:
-        t = pq.read_table(f)
+        t = store.read_parquet(f)
         for name, value in (extra or {}).items():
             t = t.append_column(name, pa.array([value] * t.num_rows))
         pq.write_table(t, dest / f.name)

@@ -59,7 +59,7 @@ def test_stale_reasons_config_measure_version_engine_failed(regen, monkeypatch):
 
     # A stored hash that is not the configuration's now.
     runs = sorted((regen["results"] / "fake").glob("ngram-k3-*.runs.parquet"))[0]
-    t = pq.read_table(runs)
+    t = store.read_parquet(runs)
     i = t.schema.get_field_index("config_hash")
     pq.write_table(t.set_column(i, "config_hash", pa.array(["0ld"] * t.num_rows)), runs)
     stale = regenerate.stale_cells(regen["profile"], results_root=regen["results"])
@@ -75,7 +75,7 @@ def test_stale_reasons_config_measure_version_engine_failed(regen, monkeypatch):
 
     # Rows measured by another engine release than the profile's (a profile's own engine
     # version is part of the configuration hash, so changing it makes every cell missing).
-    t = pq.read_table(runs)
+    t = store.read_parquet(runs)
     i = t.schema.get_field_index("vllm_version")
     pq.write_table(t.set_column(i, "vllm_version", pa.array(["0.0.1"] * t.num_rows)), runs)
     stale = regenerate.stale_cells(regen["profile"], results_root=regen["results"])
@@ -143,7 +143,7 @@ def test_corrupt_or_schema_violating_file_is_refused_naming_it(regen, damage):
     if damage == "garbage":
         f.write_bytes(b"PAR1 this is not parquet")
     else:
-        t = pq.read_table(f)
+        t = store.read_parquet(f)
         if damage == "extra-column":
             t = t.append_column("surprise", pa.array([1] * t.num_rows))
         else:

@@ -92,3 +92,28 @@ def test_provenance_has_every_column():
     assert tuple(prov) == provenance.PROVENANCE_COLUMNS
     assert prov["timestamp_utc"].endswith("Z")
     assert prov["python_version"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads counted in /proc (Linux)")
+def test_reading_rows_starts_no_arrow_threads(tmp_path):
+    """A thread of Arrow's pools alive at exit aborts the process after its work is done (exit
+    -6, "terminate called without an active exception"; a CI run failed so). Reading rows must
+    start none: counted in a fresh interpreter, where no other test has started the pools."""
+    import subprocess
+    import sys
+
+    store.write_cell("p", "c1", [_run_row(repeat=i) for i in range(3)], [_token_row()], tmp_path)
+    code = ("import os, sys, pyarrow.parquet as pq\n"
+            "from pathlib import Path\nfrom specdec import store\n"
+            "n = lambda: len(os.listdir('/proc/self/task'))\n"
+            "before = n(); root = Path(sys.argv[1])\n"
+            "store.load_runs('p', root); store.load_tokens('p', root)\n"
+            "store.read_parquet(store.runs_path('p', 'c1', root), columns=['repeat'])\n"
+            "print(before, n())\n"
+            "pq.read_table(store.runs_path('p', 'c1', root))\n"  # what it replaced
+            "print(n(), flush=True); os._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, timeout=120, check=True).stdout.split()
+    before, after, with_read_table = map(int, out)
+    assert after == before
+    assert with_read_table > after  # the count can see the threads it guards against

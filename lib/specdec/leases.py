@@ -105,12 +105,10 @@ def _rows(name: str, root: Path | None) -> pd.DataFrame:
     try:
         return store.load_runs(name, root)
     except store.SchemaError:
-        import pyarrow.parquet as pq
-
         files = sorted(paths.results_dir(name, root).glob("*.runs.parquet"))
-        return pd.concat([pq.read_table(f, columns=[c for c in _NEEDED if c in
-                                                    pq.read_schema(f).names]).to_pandas()
-                          for f in files], ignore_index=True)
+        tables = [store.read_parquet(f) for f in files]
+        return pd.concat([t.select([c for c in _NEEDED if c in t.schema.names])
+                          .to_pandas(use_threads=False) for t in tables], ignore_index=True)
 
 
 def _leases_of(name: str, runs: pd.DataFrame, entries: list[dict]) -> list[str]:

@@ -24,8 +24,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from . import peer, store
 from .profiles import ProfileError, cell_config, cell_id, config_hash, expand, load_profile
 
@@ -86,7 +84,7 @@ def _check_file(f: Path, kind: str, known: dict, profile_filter: str | None,
         table = store.read_file(f, schema)
     except store.SchemaError as e:
         raise MergeError(str(e).replace(str(f), where, 1)) from None
-    df = table.to_pandas()
+    df = table.to_pandas(use_threads=False)
     if df.empty:
         raise MergeError(f"{where}: no rows")
     store.check_provenance(df, where=where)
@@ -193,7 +191,7 @@ def merge(src: Path | str, profile: str | None = None, results_root: Path | str 
             incoming_ok = all(s == "ok" for s in runs.column("status").to_pylist())
             stored = store.cell_status(pname, cid, root)
             runs_dest = store.runs_path(pname, cid, root)
-            if stored != "missing" and pq.read_table(runs_dest).equals(runs):
+            if stored != "missing" and store.read_parquet(runs_dest).equals(runs):
                 report.unchanged.append(f"{pname}/{cid}")
                 continue
             if stored == "ok" and (not incoming_ok or not replace):

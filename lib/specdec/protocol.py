@@ -227,8 +227,8 @@ def load_panels(profile: str, root: Path | None = None) -> pd.DataFrame:
     """Every stored panel row of ``profile`` (all leases, both phases)."""
     files = sorted(panels_root(root).glob(f"*/{profile}/*.runs.parquet"))
     if not files:
-        return store.RUNS_SCHEMA.empty_table().to_pandas()
-    return pd.concat([store.read_file(f, store.RUNS_SCHEMA).to_pandas() for f in files],
+        return store.RUNS_SCHEMA.empty_table().to_pandas(use_threads=False)
+    return pd.concat([store.read_file(f, store.RUNS_SCHEMA).to_pandas(use_threads=False) for f in files],
                      ignore_index=True)
 
 

@@ -102,6 +102,22 @@ from . import paths
 from .provenance import PROVENANCE_COLUMNS
 
 
+def read_parquet(source, columns: Sequence[str] | None = None) -> pa.Table:
+    """One Parquet file (path or buffer) as a table, read on the calling thread.
+
+    ``pq.read_table`` reads through Arrow's dataset scanner and its thread pools; a worker of
+    those pools still alive when the interpreter exits aborts the process ("terminate called
+    without an active exception", exit -6; apache/arrow#34314), after the command has done its
+    work (a CI run of ``tests/test_without_torch.py`` failed so; about 1 exit in 10 here). Our
+    files are a few KiB, threads buy nothing: ``ParquetFile.read(use_threads=False)`` starts
+    none; nor does a file read as bytes (opening a path starts one). Pass the table on with
+    ``to_pandas(use_threads=False)``, for the same reason.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        source = pa.BufferReader(Path(source).read_bytes())
+    return pq.ParquetFile(source).read(columns=columns, use_threads=False)
+
+
 class SchemaError(ValueError):
     """A stored file does not match the documented schema."""
 
@@ -304,7 +320,7 @@ def read_file(f: Path, schema: pa.Schema) -> pa.Table:
 
 def _read_file(f: Path, schema: pa.Schema, source) -> pa.Table:
     try:
-        t = pq.read_table(source)
+        t = read_parquet(source)
     except (OSError, pa.ArrowException, ValueError) as e:
         raise SchemaError(f"{f}: not a readable Parquet file ({e}); move it away or delete "
                           f"it to remeasure the cell") from None
@@ -347,8 +363,8 @@ def partial_files(profile: str, root: Path | None = None) -> list[Path]:
 def _read(files: Iterable[Path], schema: pa.Schema) -> pd.DataFrame:
     tables = [read_file(f, schema) for f in sorted(files)]
     if not tables:
-        return schema.empty_table().to_pandas()
-    return pa.concat_tables(tables).to_pandas()
+        return schema.empty_table().to_pandas(use_threads=False)
+    return pa.concat_tables(tables).to_pandas(use_threads=False)
 
 
 # --------------------------------------------------------------------------- #

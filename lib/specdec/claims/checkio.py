@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .. import paths
+from .. import paths, store
 
 CLAIMS_DIR = paths.CLAIMS_DIR
 
@@ -41,7 +41,7 @@ def load_checks(claims_dir: Path | None = None):
     files = sorted(Path(claims_dir or CLAIMS_DIR).glob("api_checks-*.parquet"))
     if not files:
         return pd.DataFrame(columns=CHECK_COLUMNS + ["vllm_package", "vllm_version"])
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    return pd.concat([store.read_parquet(f).to_pandas(use_threads=False) for f in files], ignore_index=True)
 
 
 def recorded_spec_config(vllm_package: str, vllm_version: str,
