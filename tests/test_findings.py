@@ -152,10 +152,16 @@ def test_best_of_family_reads_reached_cells_of_that_family_only():
     assert findings.best_of_family(_summary(), "prompt lookup", missing="none") == "none"
 
 
-def test_batch_trends_without_rows_say_so():
+def test_batch_trend_at_a_set_acceptance():
     empty = pd.DataFrame()
-    assert findings.batch_trend_at_the_ceiling(empty).startswith("no configuration")
-    assert findings.batch_trend_at_the_ceiling(
-        pd.DataFrame(columns=["profile", "method", "speedup", "temperature", "acceptance_rate",
-                              "num_speculative_tokens", "workload", "batch_size",
-                              "acceptance_alpha"])).startswith("no configuration")
+    assert findings.batch_trend_at_set(empty, 0.8).startswith("no configuration")
+    assert findings.batch_trend_at_set(None, 0.8).startswith("no configuration")
+    table = _summary(_cell("eagle3", 2.4, k=4, batch=1, profile="h200", alpha=0.8),
+                     _cell("eagle3", 1.6, k=4, batch=64, profile="h200", alpha=0.8),
+                     _cell("eagle3", 3.0, k=4, batch=64, profile="h200", alpha=1.0),
+                     _cell("baseline", 1.0, k=0, batch=64, profile="h200"))
+    said = findings.batch_trend_at_set(table, 0.8)
+    assert said.startswith("with the acceptance set at α = 0.8 at every batch size, the speedup "
+                           "was lower at the largest batch than at the smallest in every")
+    assert "2.40× at batch 1, 1.60× at batch 64" in said
+    assert findings.batch_trend_at_set(table, 1.0).startswith("no configuration")  # one batch

@@ -219,15 +219,20 @@ def batch_trend(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
     return f"in our rows the speedup was {_trend_verdict(lower, total)} ({'; '.join(parts)})"
 
 
-def batch_trend_at_the_ceiling(summary: pd.DataFrame) -> str:
-    """The same, for greedy cells whose acceptance random weights hold at the ceiling (every
-    draft token accepted, at every batch size): the batch's effect on the cost alone."""
-    cells = cells_by_origin(summary, comparability.RANDOM_WEIGHTS)
-    lower, total, parts = _trend(cells[cells["acceptance_rate"] >= 0.99] if len(cells) else cells)
+def batch_trend_at_set(table: pd.DataFrame | None, alpha: float) -> str:
+    """The same, for cells whose acceptance was set at ``alpha`` at every batch size (vLLM's
+    synthetic sampler; ``table`` with a speedup per cell, e.g. read from cost): the batch's
+    effect on the cost alone."""
+    none = (f"no configuration at a set acceptance of {alpha:g} is measured at several batch "
+            f"sizes yet")
+    if table is None or table.empty or "acceptance_alpha" not in table:
+        return none
+    cells = table[(table["method"] != "baseline")
+                  & ((table["acceptance_alpha"] - alpha).abs() < 1e-9)]
+    lower, total, parts = _trend(cells)
     if total == 0:
-        return ("no configuration with acceptance held at the ceiling is measured at several "
-                "batch sizes yet")
-    return (f"with every draft token accepted at every batch size, the speedup was "
+        return none
+    return (f"with the acceptance set at α = {alpha:g} at every batch size, the speedup was "
             f"{_trend_verdict(lower, total)} ({'; '.join(parts)})")
 
 
