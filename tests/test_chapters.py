@@ -234,3 +234,25 @@ def test_protocol1_caveat_reads_how_the_rows_were_measured(tmp_path):
     for shown in ("h200-surface-v2", ["cpu-smollm2"]):
         assert chapters.protocol1_caveat(shown).startswith("Every GPU row this chapter shows")
     assert chapters.protocol1_caveat("h200-mechanics", results_root=tmp_path).startswith("Every")
+
+
+def test_draft_cost_table_reads_cost_at_the_articles_rates():
+    """A draft whose step costs two baseline steps at every set α: its break-even is where the
+    expected tokens per step reach 2, and at a rate of 0.5 (K = 4: 3 tokens per step) 1.5x."""
+    def cell(alpha, method="draft-1b", batch=1):
+        return {"profile": "h200-surface-v2", "method": method, "num_speculative_tokens": 4,
+                "batch_size": batch, "acceptance_alpha": alpha, "step_ms": 20.0,
+                "step_ms_ci_low": 19.0, "step_ms_ci_high": 21.0, "baseline_step_ms": 10.0,
+                "baseline_step_ms_ci_low": 10.0, "baseline_step_ms_ci_high": 10.0,
+                "runner": "V1", "baseline_method": "baseline-v1", "lease_id": "l1"}
+    table = pd.DataFrame([cell(0.0), cell(1.0), cell(0.5, method="eagle3")])
+    out = chapters.draft_cost_table(table, ["draft-1b", "draft-1layer"], 4, {"at 50 %": 0.5})
+    assert list(out["method"]) == ["draft-1b"]  # eagle3 is not a draft model; draft-1layer absent
+    row = out.iloc[0]
+    assert row["params"] == chapters.draft_params("h200-surface-v2", "draft-1b")
+    assert row["step in baseline steps"] == pytest.approx(2.0)
+    assert theory.expected_tokens_per_step(row["break-even α"], 4) == pytest.approx(2.0, abs=0.02)
+    assert row["at 50 %"] == pytest.approx(1.5)
+    assert chapters.draft_cost_table(None, ["draft-1b"], 4, {"x": 0.5}).empty
+    high = pd.DataFrame([cell(0.5), cell(1.0)])  # no measured α brackets a rate of 5 %
+    assert math.isnan(chapters.draft_cost_table(high, ["draft-1b"], 4, {"low": 0.05}).iloc[0]["low"])

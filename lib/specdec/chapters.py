@@ -255,6 +255,38 @@ def draft_params(profile: str, method: str) -> str | None:
     return prof.model(m.draft).params if m.draft else None
 
 
+
+def draft_cost_table(table: pd.DataFrame | None, drafts: Sequence[str], k: int,
+                     rates: Mapping[str, float]) -> pd.DataFrame:
+    """Per draft model and batch size of a protocol-2 surface (:func:`surface_table`): its stated
+    size, what its speculative step costs in baseline steps (at the lowest set α measured), its
+    break-even acceptance (:func:`specdec.protocol.break_even`) and the speedup read from cost
+    at each acceptance rate of ``rates`` (a label -> vLLM's acceptance rate, put on the α axis
+    at K = ``k`` by :func:`theory.alpha_from_rate`; NaN where no measured α brackets it)."""
+    from . import protocol
+
+    columns = ["method", "params", "runner", "batch", "step in baseline steps", "break-even α",
+               *rates]
+    if table is None or table.empty:
+        return pd.DataFrame(columns=columns)
+    d = table[table["method"].isin(drafts) & (table["num_speculative_tokens"] == k)
+              & table["acceptance_alpha"].notna()]
+    if d.empty:
+        return pd.DataFrame(columns=columns)
+    be = {(r.method, r.batch_size): r.break_even_alpha
+          for r in protocol.break_even(d, k).itertuples()}
+    rows = []
+    for (m, b), g in d.groupby(["method", "batch_size"]):
+        low = g.sort_values("acceptance_alpha").iloc[0]
+        row = {"method": m, "params": draft_params(low["profile"], m), "runner": low["runner"],
+               "batch": int(b), "step in baseline steps": low["step_ms"] / low["baseline_step_ms"],
+               "break-even α": be.get((m, b), float("nan"))}
+        for label, rate in rates.items():
+            read = protocol.read_at(g, m, float(theory.alpha_from_rate(rate, k)), k, int(b))
+            row[label] = read["speedup_cost"] if read else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
 def acceptance_range(cells: pd.DataFrame) -> str:
     """From the lowest to the highest measured acceptance among speculative ``cells``, each
     with its method, campaign and speedup."""
