@@ -90,6 +90,14 @@ def test_method_comparison(speedups, tmp_path):
     assert rendered(fig, tmp_path, "methods")
 
 
+def test_method_comparison_orders_batches_by_number():
+    rows = pd.DataFrame([{"method": "eagle3", "workload": "repeat", "batch_size": b, "speedup": 2.0,
+                          "speedup_ci_low": 1.9, "speedup_ci_high": 2.1} for b in (16, 4, 64, 1)])
+    ax = plots.method_comparison(rows).axes[0]
+    labels = [t.get_text().replace("\n", " ") for t in ax.get_xticklabels()]
+    assert [int(t.split("=")[1].rstrip(")")) for t in labels] == [1, 4, 16, 64], labels
+
+
 def test_theory_vs_measured_and_what_if(speedups, tmp_path):
     spec = speedups[speedups["method"] != "baseline"]
     res = theory.fit(speedups, speedups["num_speculative_tokens"] == 1)
