@@ -220,22 +220,6 @@ def test_dynamic_k_sentence_from_the_committed_rows_and_without_rows(tmp_path):
     assert "not been measured" in chapters.dynamic_k_sentence("h200-surface", tmp_path)
 
 
-def test_protocol1_caveat_reads_how_the_rows_were_measured(tmp_path):
-    """The warning of the chapters on h200-mechanics: from its rows; none for protocol 2 or CPU."""
-    text = chapters.protocol1_caveat(["cpu-smollm2", "h200-mechanics"])
-    runs = store.load_runs("h200-mechanics")
-    ok = runs[runs["status"] == "ok"]
-    assert text.startswith(f"The GPU rows of `h200-mechanics` are {ok['cell_id'].nunique()} "
-                           "cells measured in one lease (")
-    assert f"{int(ok['max_tokens'].iloc[0])}-token requests" in text
-    assert f"{int(ok.groupby('cell_id').size().median())} timed repeats" in text
-    assert "they were not measured again." in text and "{doc}`surface`" in text
-    assert "cpu-smollm2" not in text
-    for shown in ("h200-surface-v2", ["cpu-smollm2"]):
-        assert chapters.protocol1_caveat(shown).startswith("Every GPU row this chapter shows")
-    assert chapters.protocol1_caveat("h200-mechanics", results_root=tmp_path).startswith("Every")
-
-
 def test_draft_cost_table_reads_cost_at_the_articles_rates():
     """A draft whose step costs two baseline steps at every set α: its break-even is where the
     expected tokens per step reach 2, and at a rate of 0.5 (K = 4: 3 tokens per step) 1.5x."""

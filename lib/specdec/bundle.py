@@ -190,7 +190,7 @@ def _clear_bundle(out_dir: Path) -> None:
     (out_dir / MANIFEST).unlink(missing_ok=True)
 
 
-def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-mechanics",),
+def pack(out_dir: Path | str, profiles: Sequence[str] = ("h200-surface-v2",),
          part_size: int = DEFAULT_PART_SIZE, wheel_dir: Path | str | None = None,
          requirements: Sequence[str] | None = None, trimmed: Sequence[str] = TRIMMED,
          download: bool = True, preset: int = 6, include_repo: bool = True,
@@ -459,7 +459,7 @@ def _cmd_bundle(args) -> int:
     if args.resplit:
         man = resplit(args.out, args.part_size)
     else:
-        man = pack(args.out, profiles=args.profile or ["h200-mechanics"], part_size=args.part_size,
+        man = pack(args.out, profiles=args.profile or ["h200-surface-v2"], part_size=args.part_size,
                    wheel_dir=args.wheel_dir, download=not args.no_download, preset=args.preset,
                    lock=args.lock)
     for p in man["parts"]:
@@ -489,7 +489,7 @@ def _cmd_unpack(args) -> int:
 def register(subparsers) -> None:
     b = subparsers.add_parser("bundle", help="pack vLLM + deps + the study for an air-gapped GPU host")
     b.add_argument("--profile", "-p", action="append",
-                   help="profile whose model configs to include (repeatable; default h200-mechanics)")
+                   help="profile whose model configs to include (repeatable; default h200-surface-v2)")
     b.add_argument("--out", type=Path, default=paths.ROOT / ".bundle",
                    help="output folder (default .bundle/, git-ignored)")
     b.add_argument("--part-size", type=int, default=DEFAULT_PART_SIZE, help="bytes per part")

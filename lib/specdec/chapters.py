@@ -26,51 +26,6 @@ from .profiles import ProfileError, load_profile, measure_version
 
 
 # --------------------------------------------------------------------------- #
-# the chapters on the first protocol's H200 rows (draft selection, K sweep, batch, methods,
-# failure cases)
-# --------------------------------------------------------------------------- #
-def protocol1_caveat(profiles: str | Sequence[str],
-                     results_root: Path | str | None = None) -> str:
-    """The warning at the top of a chapter showing GPU rows (MyST, glued with ``:myst``): per
-    profile of the first protocol, how its rows were measured (cells, leases, request length,
-    timed repeats per cell, whether measured again), read from the rows, and what a reader may
-    take from them; a plain statement when no profile shown is of the first protocol."""
-    from . import leases
-
-    root = Path(results_root) if results_root else None
-    found = []
-    for profile in [profiles] if isinstance(profiles, str) else profiles:
-        try:
-            prof = load_profile(profile)
-            if measure_version(prof) >= 2 or prof.hardware.kind == "cpu":
-                continue
-            runs = store.load_runs(profile, root)
-        except (ProfileError, FileNotFoundError, store.SchemaError):
-            continue
-        ok = runs[runs["status"] == "ok"]
-        if ok.empty:
-            continue
-        cells = ok["cell_id"].nunique()
-        repeats = int(ok.groupby("cell_id").size().median())
-        tokens = sorted(int(t) for t in ok["max_tokens"].dropna().unique())
-        names = leases.of_profile(profile, root, runs=runs)
-        where = (f"one lease ({names[0]})" if len(names) == 1 else
-                 f"{len(names)} leases ({', '.join(names)})" if names else "leases not recorded")
-        again = "; they were not measured again" if len(names) == 1 else ""
-        found.append(f"The GPU rows of `{profile}` are {cells} cells measured in {where} under "
-                     f"the study's first protocol: {' or '.join(map(str, tokens))}-token "
-                     f"requests, {repeats} timed repeats per cell, no control panel{again}.")
-    if not found:
-        return ("Every GPU row this chapter shows was measured under the protocol that "
-                "reproduces across leases ({doc}`protocol`), or it shows none.")
-    return " ".join(found) + (
-        " Under that protocol the same cells measured again in another lease did not agree "
-        "({doc}`protocol`): read these figures as one lease's, for their shape (what rises or "
-        "falls with K, the batch or the draft) more than their size. The H200 speedups measured "
-        "so that they reproduce are in {doc}`surface`.")
-
-
-# --------------------------------------------------------------------------- #
 # k_sweep
 # --------------------------------------------------------------------------- #
 def article_k_table(claimed: pd.DataFrame) -> pd.DataFrame:

@@ -19,14 +19,46 @@ TOLERANCE = 0.2
 
 
 def summary(profiles: list[str], root: Path | None = None):
-    """Per-cell summary with speedups (:mod:`specdec.metrics`) of the profiles' ok rows, or None."""
+    """Per-cell summary with speedups (:mod:`specdec.metrics`) of the profiles' ok rows, or None.
+
+    A campaign of measuring protocol 2 keeps its cells' speedups as its chapters read them:
+    from cost, against the baseline of the method's own runner
+    (:func:`specdec.protocol.surface_table`), not from throughput against the plain baseline.
+    """
     from .. import metrics, store
 
-    runs = store.load_runs(profiles, root=Path(root) if root is not None else None,
-                           only_ok=True)
+    root = Path(root) if root is not None else None
+    runs = store.load_runs(profiles, root=root, only_ok=True)
     if runs.empty:
         return None
-    return metrics.with_speedup(metrics.summarize(runs))
+    return _read_from_cost(metrics.with_speedup(metrics.summarize(runs)), profiles, root)
+
+
+_SPEEDUP = ["speedup", "speedup_ci_low", "speedup_ci_high", "speedup_status"]
+
+
+def _read_from_cost(summ, profiles: list[str], root: Path | None):
+    """``summ`` with the speedups of every protocol-2 profile's cells replaced by those read
+    from cost (a cell the cost reading has no speedup for gets none)."""
+    from .. import protocol
+    from ..profiles import ProfileError, load_profile, measure_version
+
+    for name in profiles:
+        try:
+            if measure_version(load_profile(name)) < 2:
+                continue
+        except ProfileError:
+            continue
+        table = protocol.surface_table(name, root)
+        mine = summ["profile"] == name
+        if table is None or not mine.any():
+            continue
+        cost = (table[table["panel_phase"].isna()].sort_values("timestamp_utc")
+                .drop_duplicates("cell_id", keep="last").set_index("cell_id"))
+        for col in _SPEEDUP:
+            summ.loc[mine, col] = summ.loc[mine, "cell_id"].map(cost[col]).to_numpy()
+        summ.loc[mine & summ["speedup_status"].isna(), "speedup_status"] = "no baseline"
+    return summ
 
 
 def _close(ours: float, theirs: float) -> bool:
@@ -66,7 +98,8 @@ def in_experiments(df, experiments):
 def _rows_for(summary, derive: Derive):
     """Speculative cells of the rule's experiments (and method pattern) with a valid speedup."""
     df = in_experiments(summary, derive.experiments)
-    df = df[df["method"] != "baseline"]
+    # every baseline (a campaign may have one per runner, e.g. baseline-v1) drafts nothing
+    df = df[(df["method"] != "baseline") & (df["num_speculative_tokens"].fillna(0) > 0)]
     if derive.method_regex is not None:
         df = df[df["method"].str.contains(derive.method_regex, regex=True)]
     return df[df["speedup_status"] == "ok"]
@@ -104,21 +137,49 @@ def _derive_method(summary, derive, article):
     return None if df.empty else _best(df, derive, article)
 
 
+def rule_k(article: dict, profile: str) -> int:
+    """The K the article's rule (C14) gives on ``profile``'s hardware: ``k_fast`` above its
+    bandwidth threshold, else ``k`` (``k`` where the profile states no bandwidth)."""
+    from ..profiles import ProfileError, load_profile
+
+    try:
+        bandwidth = load_profile(profile).hardware.memory_bandwidth_gb_s
+    except ProfileError:
+        bandwidth = None
+    fast = "k_fast" in article and bandwidth is not None and bandwidth > article["bandwidth_gb_s"]
+    return int(article["k_fast"] if fast else article["k"])
+
+
 def _derive_best_k(summary, derive, article):
-    """The K with the best speedup, per method that gains at all; the rule holds if that K
-    is the article's. Methods that never beat the baseline have no best K (no verdict)."""
+    """The K with the best speedup per sweep (profile, method, workload, batch size and set
+    acceptance), among the sweeps that gain at all and measured the K the rule gives on their
+    hardware (:func:`rule_k`); the rule holds if that K is the best in most of them. A sweep
+    that never beats the baseline, or never tried the rule's K, decides nothing."""
     df = _rows_for(summary, derive)
     if df.empty or df["num_speculative_tokens"].nunique() < 2:
         return None
-    best = df.loc[df.groupby(["profile", "method"])["speedup"].idxmax()]
-    parts = [f"{r.profile}/{r.method}: best K={r.num_speculative_tokens} ({r.speedup:.2f}x)"
-             for r in best.itertuples()]
-    paying = best[best["speedup"] > 1]
-    if paying.empty:
-        return None, "; ".join(parts) + "; speculation never beats the baseline here, so no K " \
-                                        "is best", list(df["cell_id"])
-    hits = (paying["num_speculative_tokens"] == article["k"]).mean()
-    return ("reproduced" if hits > 0.5 else "contradicted"), "; ".join(parts), list(df["cell_id"])
+    df = df.assign(acceptance_alpha=df["acceptance_alpha"] if "acceptance_alpha" in df else None)
+    keys = ["profile", "method", "workload", "batch_size", "acceptance_alpha"]
+    parts, decided, hits = [], 0, 0
+    for key, g in df.groupby(keys, dropna=False, sort=True):
+        if g["num_speculative_tokens"].nunique() < 2:
+            continue
+        best = g.loc[g["speedup"].idxmax()]
+        want = rule_k(article, key[0])
+        alpha = "" if key[4] != key[4] or key[4] is None else f", set α {key[4]:g}"
+        parts.append(f"{key[0]}/{key[1]} ({key[2]}, batch {int(key[3])}{alpha}): best K="
+                     f"{int(best.num_speculative_tokens)} ({best.speedup:.2f}x; the rule: {want})")
+        if best["speedup"] > 1 and want in set(g["num_speculative_tokens"]):
+            decided += 1
+            hits += int(best["num_speculative_tokens"] == want)
+    if not parts:
+        return None
+    if not decided:
+        return None, "; ".join(parts) + "; no sweep both beats the baseline and tried the " \
+                                        "rule's K, so none decides", list(df["cell_id"])
+    return (("reproduced" if hits > decided / 2 else "contradicted"),
+            "; ".join(parts) + f"; the rule's K is the best in {hits} of {decided} sweeps "
+            "that decide", list(df["cell_id"]))
 
 
 def acceptance_by_temperature(summary, experiments=("temperature",)):
