@@ -186,9 +186,9 @@ def test_gpu_template_loads_with_dry_run_and_is_priced(capsys):
     assert list(est["experiment"]) == [e.name for e in tmpl.experiments] + ["(all)"]
     assert (est["device_s"] > 0).all() and est.iloc[-1]["engines"] == len(profiles.engine_groups(
         profiles.expand(tmpl)))
-    # a profile with rows of its own is priced with them; one without, with h200-surface's
-    assert devicetime.default_reference("h200-surface-v2") == "h200-surface-v2"
-    assert devicetime.default_reference(str(devicetime.TEMPLATE)) == "h200-surface"
+    # a profile with rows of its own is priced with them; one without, with h200-surface-v2's
+    assert devicetime.default_reference("h200-trained") == "h200-trained"
+    assert devicetime.default_reference(str(devicetime.TEMPLATE)) == "h200-surface-v2"
 
 
 @pytest.mark.book

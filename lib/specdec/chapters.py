@@ -323,7 +323,7 @@ def break_even_table(profile: str, k: int = 4,
             if table is not None else None)
 
 
-def measured_break_even(profile: str = "h200-surface", k: int = 4,
+def measured_break_even(profile: str = "h200-surface-v2", k: int = 4,
                         results_root: Path | str | None = None) -> tuple[str, pd.DataFrame]:
     """The set acceptance at which each method starts to pay at ``k``, read off a stored
     speedup surface (:func:`surface.break_even`): (a sentence, a method x batch table).
@@ -349,7 +349,7 @@ def measured_break_even(profile: str = "h200-surface", k: int = 4,
     return sentence, pivot
 
 
-def dynamic_k_sentence(profile: str = "h200-surface",
+def dynamic_k_sentence(profile: str = "h200-surface-v2",
                        results_root: Path | str | None = None) -> str:
     """vLLM's dynamic K against the same fixed K on a stored surface
     (:func:`surface.dynamic_vs_fixed`), in one sentence; says so where nothing is stored."""

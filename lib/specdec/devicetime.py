@@ -55,7 +55,7 @@ def costs(reference: str, root=None) -> dict:
             "engines_measured": len(starts), "cells_measured": len(cells)}
 
 
-def estimate(profile, reference: str = "h200-surface", experiments: Sequence[str] | None = None,
+def estimate(profile, reference: str = "h200-surface-v2", experiments: Sequence[str] | None = None,
              root=None) -> pd.DataFrame:
     """Expected device time per experiment of ``profile`` (a Profile, name or path), priced
     with ``reference``'s recorded engine starts and cell times; last row: all of them
@@ -101,9 +101,11 @@ def cost_table(c: dict) -> pd.DataFrame:
 
 def default_reference(profile: str) -> str:
     """What to price ``profile`` with: its own recorded times once it has measured rows (its
-    protocol's cells and its engines' starts), else h200-surface's."""
+    protocol's cells and its engines' starts), else h200-surface-v2's (the reproducible
+    protocol's long cells: the first protocol's short ones priced the template at under half
+    its cost)."""
     name = profiles.load_profile(profile).name
-    return name if not store.load_runs(name, None, only_ok=True).empty else "h200-surface"
+    return name if not store.load_runs(name, None, only_ok=True).empty else "h200-surface-v2"
 
 
 def _cmd(args) -> int:
@@ -121,6 +123,6 @@ def register(subparsers) -> None:
     p.add_argument("profile")
     p.add_argument("--reference", default=None,
                    help="the measured campaign to price with (default: the profile itself once "
-                        "it has rows, else h200-surface)")
+                        "it has rows, else h200-surface-v2)")
     p.add_argument("-e", "--experiment", action="append", help="only this experiment (repeatable)")
     p.set_defaults(func=_cmd)
