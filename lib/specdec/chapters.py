@@ -210,7 +210,6 @@ def draft_params(profile: str, method: str) -> str | None:
     return prof.model(m.draft).params if m.draft else None
 
 
-
 def draft_cost_table(table: pd.DataFrame | None, drafts: Sequence[str], k: int,
                      rates: Mapping[str, float]) -> pd.DataFrame:
     """Per draft model and batch size of a protocol-2 surface (:func:`surface_table`): its stated
@@ -241,6 +240,7 @@ def draft_cost_table(table: pd.DataFrame | None, drafts: Sequence[str], k: int,
             row[label] = read["speedup_cost"] if read else float("nan")
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)
+
 
 def acceptance_range(cells: pd.DataFrame) -> str:
     """From the lowest to the highest measured acceptance among speculative ``cells``, each

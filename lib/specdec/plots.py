@@ -350,9 +350,10 @@ def method_comparison(df: pd.DataFrame, title: str = "Methods compared") -> Figu
         return fig
     d = _speculative(df).dropna(subset=["speedup"])
     group_cols = ["workload"] + [c for c in _variants(d, "workload") if c != "workload"]
-    groups = sorted({tuple(r) for r in d[group_cols].itertuples(index=False)},
-                    key=lambda g: [(0, v, "") if isinstance(v, (int, float, np.number)) else (1, 0, str(v))
-                                   for v in g])  # batch 4 before 16, not after
+    def order(group):  # numbers by value (batch 4 before 16), the rest by name
+        return [(0, v, "") if isinstance(v, (int, float, np.number)) else (1, 0, str(v))
+                for v in group]
+    groups = sorted({tuple(r) for r in d[group_cols].itertuples(index=False)}, key=order)
     methods = sorted(d["method"].unique())
     colours = method_palette(methods)
     width = 0.8 / len(methods)

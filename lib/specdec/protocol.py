@@ -225,11 +225,8 @@ def panels_root(root: Path | None = None) -> Path:
 
 def load_panels(profile: str, root: Path | None = None) -> pd.DataFrame:
     """Every stored panel row of ``profile`` (all leases, both phases)."""
-    files = sorted(panels_root(root).glob(f"*/{profile}/*.runs.parquet"))
-    if not files:
-        return store.RUNS_SCHEMA.empty_table().to_pandas(use_threads=False)
-    return pd.concat([store.read_file(f, store.RUNS_SCHEMA).to_pandas(use_threads=False) for f in files],
-                     ignore_index=True)
+    return store.read_frame(panels_root(root).glob(f"*/{profile}/*.runs.parquet"),
+                            store.RUNS_SCHEMA)
 
 
 def load_surveys(root: Path | None = None) -> pd.DataFrame:

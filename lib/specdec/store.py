@@ -360,7 +360,8 @@ def partial_files(profile: str, root: Path | None = None) -> list[Path]:
     return sorted(d.glob(".*.parquet.*.tmp")) if d.exists() else []
 
 
-def _read(files: Iterable[Path], schema: pa.Schema) -> pd.DataFrame:
+def read_frame(files: Iterable[Path], schema: pa.Schema) -> pd.DataFrame:
+    """Stored files of one schema (:func:`read_file` each) as one frame, in file order."""
     tables = [read_file(f, schema) for f in sorted(files)]
     if not tables:
         return schema.empty_table().to_pandas(use_threads=False)
@@ -432,7 +433,7 @@ def load_runs(profiles: str | Sequence[str], root: Path | None = None,
     from the profiles (:func:`with_membership`)."""
     names = [profiles] if isinstance(profiles, str) else list(profiles)
     files = [f for n in names for f in paths.results_dir(n, root).glob("*.runs.parquet")]
-    df = with_membership(_read(files, RUNS_SCHEMA), experiments_from)
+    df = with_membership(read_frame(files, RUNS_SCHEMA), experiments_from)
     return df[df["status"] == "ok"].reset_index(drop=True) if only_ok else df
 
 
@@ -440,7 +441,7 @@ def load_tokens(profiles: str | Sequence[str], root: Path | None = None,
                 experiments_from: Mapping | None = None) -> pd.DataFrame:
     names = [profiles] if isinstance(profiles, str) else list(profiles)
     files = [f for n in names for f in paths.results_dir(n, root).glob("*.tokens.parquet")]
-    return with_membership(_read(files, TOKENS_SCHEMA), experiments_from)
+    return with_membership(read_frame(files, TOKENS_SCHEMA), experiments_from)
 
 
 def check_provenance(df: pd.DataFrame, where: str = "rows") -> None:

@@ -98,8 +98,8 @@ def in_experiments(df, experiments):
 def _rows_for(summary, derive: Derive):
     """Speculative cells of the rule's experiments (and method pattern) with a valid speedup."""
     df = in_experiments(summary, derive.experiments)
-    # every baseline (a campaign may have one per runner, e.g. baseline-v1) drafts nothing
-    df = df[(df["method"] != "baseline") & (df["num_speculative_tokens"].fillna(0) > 0)]
+    # a baseline drafts nothing (a campaign may have one per runner, e.g. baseline-v1)
+    df = df[df["num_speculative_tokens"].fillna(0) > 0]
     if derive.method_regex is not None:
         df = df[df["method"].str.contains(derive.method_regex, regex=True)]
     return df[df["speedup_status"] == "ok"]
@@ -155,10 +155,11 @@ def _derive_best_k(summary, derive, article):
     acceptance), among the sweeps that gain at all and measured the K the rule gives on their
     hardware (:func:`rule_k`); the rule holds if that K is the best in most of them. A sweep
     that never beats the baseline, or never tried the rule's K, decides nothing."""
+    import pandas as pd
+
     df = _rows_for(summary, derive)
     if df.empty or df["num_speculative_tokens"].nunique() < 2:
         return None
-    df = df.assign(acceptance_alpha=df["acceptance_alpha"] if "acceptance_alpha" in df else None)
     keys = ["profile", "method", "workload", "batch_size", "acceptance_alpha"]
     parts, decided, hits = [], 0, 0
     for key, g in df.groupby(keys, dropna=False, sort=True):
@@ -166,7 +167,7 @@ def _derive_best_k(summary, derive, article):
             continue
         best = g.loc[g["speedup"].idxmax()]
         want = rule_k(article, key[0])
-        alpha = "" if key[4] != key[4] or key[4] is None else f", set α {key[4]:g}"
+        alpha = "" if pd.isna(key[4]) else f", set α {key[4]:g}"
         parts.append(f"{key[0]}/{key[1]} ({key[2]}, batch {int(key[3])}{alpha}): best K="
                      f"{int(best.num_speculative_tokens)} ({best.speedup:.2f}x; the rule: {want})")
         if best["speedup"] > 1 and want in set(g["num_speculative_tokens"]):
