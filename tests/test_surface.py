@@ -123,6 +123,26 @@ def test_surface_figures_draw_and_say_no_data(h200):
         assert any("no data" in t.get_text() for ax in empty.axes for t in ax.texts)
 
 
+def test_best_k_ties_within_the_interval_or_the_spread_of_another_lease():
+    """The best K is a tie with a K inside its interval, and with a K measured in another
+    lease within the method's spread between panels; a K of the same lease is never excused
+    by the spread."""
+    rows = pd.DataFrame([{"method": "d", "batch_size": 1, "acceptance_alpha": 0.8,
+                          "num_speculative_tokens": k, "speedup": s, "speedup_ci_low": s - 0.05,
+                          "lease_id": lease}
+                         for k, s, lease in [(1, 0.80, "L1"), (2, 0.97, "L1"), (3, 1.00, "L2"),
+                                             (4, 0.85, "L2"), (5, 0.70, "L2")]])
+    plain = surface.best_k(rows).iloc[0]
+    assert plain["best_k"] == 3 and plain["overlaps"] == [2] and plain["within_spread"] == []
+    assert plain["tie"]
+    wide = surface.best_k(rows, spread=pd.Series({"d": 0.3})).iloc[0]
+    # K = 1 (another lease, 0.80 * 1.3 >= 1.0) ties; K = 4 (the best's own lease) does not
+    assert wide["overlaps"] == [2] and wide["within_spread"] == [1]
+    clear = surface.best_k(rows[rows["num_speculative_tokens"] != 2], min_ks=4).iloc[0]
+    assert not clear["tie"] and clear["runner_up_speedup"] == pytest.approx(0.85)
+    assert surface.best_k(rows[rows["num_speculative_tokens"] < 5]).empty  # four K: no sweep
+
+
 def test_k_sweep_marks_the_cell_of_another_lease_and_the_panels_own():
     rows = pd.DataFrame([{"method": "e", "batch_size": b, "num_speculative_tokens": k,
                           "acceptance_alpha": 0.8, "speedup": 1.0 + k / 10,

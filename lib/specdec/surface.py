@@ -122,15 +122,20 @@ def engine_holdings(summary_df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def best_k(surface_df: pd.DataFrame, rule_k: int | None = None, min_ks: int = 5) -> pd.DataFrame:
+def best_k(surface_df: pd.DataFrame, rule_k: int | None = None, min_ks: int = 5,
+           spread: pd.Series | None = None) -> pd.DataFrame:
     """The measured best K per method, batch and set alpha, over a K sweep.
 
     Only (method, batch) curves with at least ``min_ks`` measured K values count as a sweep.
     Columns: ``method``, ``batch_size``, ``acceptance_alpha``, ``ks`` (the K values
     measured), ``best_k`` and ``best_speedup`` (the largest measured median speedup),
-    ``runner_up_speedup`` (the second largest: where it lies inside the best one's interval,
-    the "best" K is a tie), and, where ``rule_k`` is given (a rule's K, e.g. the article's
-    C14), ``rule_speedup`` (measured at that K) and ``rule_loss`` (1 - rule/best).
+    ``runner_up_speedup`` (the second largest), ``overlaps`` (the other K whose median lies
+    inside the best one's interval) and ``within_spread`` (the other K measured in another
+    lease than the best one whose median is within the method's ``spread`` between control
+    panels of it: median × (1 + spread) ≥ best, :func:`specdec.protocol.best_read`'s rule; two
+    hosts may differ by that much): where either is non-empty, the "best" K is a tie (``tie``).
+    Where ``rule_k`` is given (a rule's K, e.g. the article's C14): ``rule_speedup`` (measured
+    at that K) and ``rule_loss`` (1 - rule/best).
     """
     df = surface_df[(surface_df["method"] != BASELINE) & surface_df["acceptance_alpha"].notna()
                     & surface_df["speedup"].notna()]
@@ -140,12 +145,20 @@ def best_k(surface_df: pd.DataFrame, rule_k: int | None = None, min_ks: int = 5)
         if len(ks) < min_ks:
             continue
         g = g.sort_values("speedup", ascending=False)
-        top = g.iloc[0]
+        top, rest = g.iloc[0], g.iloc[1:]
+        low = float(top.get("speedup_ci_low", np.nan))
+        overlaps = sorted(int(k) for k in rest.loc[rest["speedup"] >= low, "num_speculative_tokens"])
+        s = spread.get(method, np.nan) if spread is not None else np.nan
+        other = (rest["lease_id"] != top["lease_id"] if "lease_id" in rest
+                 else pd.Series(False, index=rest.index))
+        near = rest[other & ~rest["num_speculative_tokens"].isin(overlaps)
+                    & (rest["speedup"] * (1 + s) >= top["speedup"])] if pd.notna(s) else rest.iloc[0:0]
+        within = sorted(int(k) for k in near["num_speculative_tokens"])
         row = {"method": method, "batch_size": int(batch), "acceptance_alpha": float(alpha),
                "ks": ks, "best_k": int(top["num_speculative_tokens"]),
-               "best_speedup": float(top["speedup"]),
-               "best_ci_low": float(top.get("speedup_ci_low", np.nan)),
-               "runner_up_speedup": float(g.iloc[1]["speedup"]) if len(g) > 1 else np.nan}
+               "best_speedup": float(top["speedup"]), "best_ci_low": low,
+               "runner_up_speedup": float(rest.iloc[0]["speedup"]) if len(rest) else np.nan,
+               "overlaps": overlaps, "within_spread": within, "tie": bool(overlaps or within)}
         if rule_k is not None:
             at = g[g["num_speculative_tokens"] == rule_k]["speedup"]
             row["rule_k"] = rule_k
@@ -153,7 +166,7 @@ def best_k(surface_df: pd.DataFrame, rule_k: int | None = None, min_ks: int = 5)
             row["rule_loss"] = 1 - row["rule_speedup"] / row["best_speedup"]
         rows.append(row)
     cols = ["method", "batch_size", "acceptance_alpha", "ks", "best_k", "best_speedup",
-            "best_ci_low", "runner_up_speedup"] + (
+            "best_ci_low", "runner_up_speedup", "overlaps", "within_spread", "tie"] + (
         ["rule_k", "rule_speedup", "rule_loss"] if rule_k is not None else [])
     return pd.DataFrame(rows, columns=cols)
 
