@@ -70,7 +70,8 @@ def _committed(profile: str) -> pd.DataFrame:
     summ = claims.summary([profile])
     if summ is None:
         pytest.skip(f"no committed rows for {profile}")
-    return summ[summ["method"] != "baseline"]
+    # speculative cells only: a baseline of any runner (baseline-v1, ...) drafts nothing
+    return summ[(summ["method"] != "baseline") & (summ["num_speculative_tokens"] > 0)]
 
 
 def _claim_settings():
@@ -81,7 +82,7 @@ def test_h200_surface_rows_are_never_the_articles_setting():
     """Llama-3-8B shape with random weights and set acceptance on an H200: for every claim,
     the acceptance is set (or from random weights), not reached; on A100 claims the hardware
     differs too."""
-    rows = _committed("h200-surface")
+    rows = _committed("h200-surface-v2")
     assert len(rows)
     for cid, setting in _claim_settings():
         for r, comp in zip(rows.to_dict("records"), cmp.compare_rows(setting, rows)):
@@ -135,7 +136,7 @@ def test_with_every_campaign_offered_a_verdict_still_rests_on_comparable_rows(mo
     """Every committed campaign's rows offered to every rule: whatever is judged rests only on
     cells of the article's setting (the H200 surface and the CPU rows are not)."""
     profiles = sorted(p.name for p in paths.RESULTS_DIR.iterdir() if p.is_dir())
-    assert {"h200-surface", "cpu-smollm2"} <= set(profiles)
+    assert {"h200-surface-v2", "cpu-smollm2"} <= set(profiles)
     summ = claims.summary(profiles)
     monkeypatch.setattr(derive, "summary", lambda ps, root=None: summ)  # load once
     experiments = sorted({t for tags in summ["experiment_tags"] for t in tags})
@@ -152,5 +153,5 @@ def test_with_every_campaign_offered_a_verdict_still_rests_on_comparable_rows(mo
         setting = c.article_setting()
         used = summ[summ["cell_id"].isin(d["cells"])]
         assert len(used) and all(x.comparable for x in cmp.compare_rows(setting, used)), c.id
-        assert not used["profile"].isin(["h200-surface", "cpu-smollm2"]).any() or \
+        assert not used["profile"].isin(["h200-surface", "h200-surface-v2", "cpu-smollm2"]).any() or \
             setting.hardware == cmp.ANY, c.id

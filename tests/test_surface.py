@@ -65,9 +65,9 @@ def test_model_check_recovers_a_constant_step_cost():
 
 @pytest.fixture(scope="module")
 def h200():
-    runs = store.load_runs("h200-surface")
+    runs = store.load_runs("h200-surface-v2")
     if not len(runs):
-        pytest.skip("no h200-surface rows in this checkout")
+        pytest.skip("no h200-surface-v2 rows in this checkout")
     return surface.table(metrics.with_speedup(metrics.summarize(runs)))
 
 
@@ -90,7 +90,10 @@ def test_engine_holdings_count_heads_and_drafts(h200):
     assert hold.loc["ngram", "draft_gib"] == 0
     # EAGLE shares the target's embedding and head, so it adds less than a draft model
     assert hold.loc["eagle", "draft_gib"] < hold.loc["draft-1b", "draft_gib"]
-    assert hold.loc["medusa-5h", "draft_gib"] > hold.loc["medusa", "draft_gib"]
+    # Medusa as published gives every head a full-vocabulary LM head: more than the 1B draft
+    assert hold.loc["medusa", "draft_gib"] > hold.loc["draft-1b", "draft_gib"]
+    # a runner or engine-core control holds the same weights as the method it pins
+    assert hold.loc["eagle3-v1", "draft_gib"] == pytest.approx(hold.loc["eagle3", "draft_gib"])
     assert (hold["target_gib"].round(1) == hold["target_gib"].round(1).iloc[0]).all()
 
 
@@ -101,10 +104,14 @@ def test_lease_record_matches_the_rows(h200):
     # lease may name several profiles)
     named = {p for e in leases.load() for p in (e["profile"] if isinstance(e["profile"], list)
                                                    else [e["profile"]])}
-    assert "h200-surface" in named
-    assert rec["cells"].sum() == sum(store.load_runs(p)["cell_id"].nunique() for p in named)
-    first = rec[rec["profile"] == "h200-surface"].iloc[0]
-    assert first["engines"] >= 7 and 0 < first["engine_start_s"] < first["device_held_s"]
+    assert "h200-surface-v2" in named
+    # a lease's cells whose rows have left data/results/ (a superseded protocol's) are counted
+    # from its entry, the rest from the rows
+    assert (rec["cells"] - rec["superseded cells"]).sum() == \
+        sum(store.load_runs(p)["cell_id"].nunique() for p in named)
+    assert rec["superseded cells"].sum() > 0 and (rec["cells"] >= rec["superseded cells"]).all()
+    first = rec[rec["profile"] == "h200-surface-v2"].iloc[0]
+    assert first["engines"] >= 3 and 0 < first["engine_start_s"] < first["device_held_s"]
 
 
 def test_lease_file_is_checked(tmp_path):
@@ -203,9 +210,9 @@ def test_harness_beside_the_peer_on_the_committed_runs(h200):
     baseline's two clocks must agree closely (they time the same engine doing the same work)."""
     from specdec import peer
 
-    runs = peer.load("h200-surface")
+    runs = peer.load("h200-surface-v2")
     if runs.empty:
-        pytest.skip("no peer runs in this checkout")
+        pytest.skip("no peer runs in this checkout (h200-surface-v2's peer-check is pending)")
     cmp = peer.compare(runs, h200)
     assert len(cmp) == len(runs) and cmp["harness_tok_s"].notna().all()
     base = cmp[cmp["method"] == "baseline"]

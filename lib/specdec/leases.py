@@ -8,6 +8,10 @@ of the lease's profile (or profiles), matched by that commit and the lease's tim
 - ``engines``: distinct engine starts (one per (method, K, set/natural acceptance));
 - ``engine_start_s``: seconds spent starting those engines (``engine_start_s`` of the rows);
 - ``cells_per_device_minute``: cells / (device seconds / 60);
+- ``superseded cells``: cells the lease landed whose rows have since left ``data/results/``
+  (a superseded protocol's; git history keeps them), from its ``superseded:`` entry (``cells``,
+  ``engines``, ``engine_start_s``, counted from the rows before they left, and ``removed_in``);
+  ``cells``, ``engines`` and ``engine_start_s`` count them too: what the lease spent its time on;
 - ``other work``: what the lease did besides measuring cells: its ``other_work:`` text, else,
   for a lease with a ``training:`` entry, data and training (a training lease spends most of its
   time on them, which no row counts).
@@ -29,8 +33,8 @@ import yaml
 from . import paths, store
 
 LEASES_PATH = paths.DATA_DIR / "leases" / "leases.yaml"
-COLUMNS = ["lease", "device", "profile", "commit", "device_held_s", "calls", "cells", "engines",
-           "engine_start_s", "cells_per_device_minute", "other work"]
+COLUMNS = ["lease", "device", "profile", "commit", "device_held_s", "calls", "cells",
+           "superseded cells", "engines", "engine_start_s", "cells_per_device_minute", "other work"]
 
 
 def order(lease: str) -> tuple:
@@ -63,7 +67,8 @@ def _inside(runs: pd.DataFrame, entry: dict) -> pd.Series:
 
 
 def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
-    """One row per lease (:data:`COLUMNS`), the cell counts recomputed from the rows."""
+    """One row per lease (:data:`COLUMNS`), the cell counts recomputed from the rows (plus the
+    superseded cells its entry records)."""
     rows = []
     for e in load(path):
         # A lease may measure several profiles (a list); an engine is a (profile, method, K,
@@ -74,11 +79,15 @@ def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
         engine_key = ["profile", "method", "num_speculative_tokens",
                       inside["acceptance_alpha"].notna()]
         starts = inside.groupby(engine_key)["engine_start_s"].first() if len(inside) else []
-        cells = inside.groupby(["profile", "cell_id"]).ngroups if len(inside) else 0
+        gone = e.get("superseded") or {}
+        cells = (inside.groupby(["profile", "cell_id"]).ngroups if len(inside) else 0) \
+            + int(gone.get("cells", 0))
         rows.append({"lease": e["lease"], "device": e["device"], "profile": ", ".join(names),
                      "commit": e["commit"][:10], "device_held_s": float(e["device_held_s"]),
-                     "calls": int(e["calls"]), "cells": cells, "engines": len(starts),
-                     "engine_start_s": float(sum(starts)),
+                     "calls": int(e["calls"]), "cells": cells,
+                     "superseded cells": int(gone.get("cells", 0)),
+                     "engines": len(starts) + int(gone.get("engines", 0)),
+                     "engine_start_s": float(sum(starts)) + float(gone.get("engine_start_s", 0.0)),
                      "cells_per_device_minute": cells / (float(e["device_held_s"]) / 60),
                      "other work": e.get("other_work") or (
                          "data and training of heads and drafts" if e.get("training") else "")})
