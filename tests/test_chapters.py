@@ -2,11 +2,10 @@
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
-from specdec import book, chapters, metrics, model_configs, protocol, surface, store, theory
+from specdec import book, chapters, model_configs, theory
 from specdec.profiles import ProfileError
 
 
@@ -135,25 +134,6 @@ def test_prediction_grid_table_names_its_alpha():
     assert grid.iloc[1, 2] == 0 and grid.iloc[1, 3] == 1.0
 
 
-def test_measured_break_even_on_the_stored_surface():
-    """Protocol 2: read from cost on the runner users get, so the runner controls (the V1 pins,
-    the in-process core) are not methods of the table."""
-    sentence, table = chapters.measured_break_even("h200-surface-v2", 4)
-    users = protocol.users_speedups("h200-surface-v2")[0]
-    assert set(table.index) <= set(users["method"]) and len(table) >= 4
-    assert not any(m.endswith("-v1") or "inproc" in m for m in table.index)
-    vals = table.to_numpy(dtype=float)
-    assert ((vals[~np.isnan(vals)] >= 0) & (vals[~np.isnan(vals)] <= 1)).all()
-    easiest = table.min(axis=1).idxmin()
-    assert sentence.startswith(f"From the least demanding method to the most: {easiest} α ≈ ")
-
-
-def test_measured_break_even_without_rows(tmp_path):
-    sentence, table = chapters.measured_break_even("h200-surface-v2", 4, results_root=tmp_path)
-    assert sentence == "No rows of `h200-surface-v2` are stored yet." and table.empty
-
-
-
 def test_measured_break_even_of_a_protocol_2_campaign_reads_cost():
     """h200-surface-v2 (measuring protocol 2) is read from cost on the runner users get,
     the pinned controls left out."""
@@ -167,8 +147,12 @@ def test_measured_break_even_of_a_protocol_2_campaign_reads_cost():
     assert protocol.surface_workloads(load_profile("h200-surface-v2")) == ["repeat"]
     assert table.loc["eagle3", "batch 1"] == pytest.approx(
         be.set_index(["method", "batch_size"]).loc[("eagle3", 1), "break_even_alpha"])
+    # the sentence orders the methods from the least demanding
+    easiest = table.min(axis=1).idxmin()
+    assert sentence.startswith(f"From the least demanding method to the most: {easiest} α ≈ ")
     assert chapters.measured_break_even("h200-surface-v2", 4, results_root=Path("/nonexistent"))[0] \
         == "No rows of `h200-surface-v2` are stored yet."
+
 
 def test_best_k_summary_names_the_fastest_configuration():
     best = chapters.best_k_table(_summary())
@@ -213,7 +197,7 @@ def test_best_per_method_keeps_the_fastest_greedy_cell():
 def test_dynamic_k_sentence_from_the_committed_rows_and_without_rows(tmp_path):
     import re
 
-    from specdec import metrics, profiles, store, surface
+    from specdec import profiles, surface
 
     sentence = chapters.dynamic_k_sentence("h200-surface-v2")
     table = chapters.surface_table("h200-surface-v2", None)
