@@ -191,6 +191,29 @@ def test_gpu_template_loads_with_dry_run_and_is_priced(capsys):
     assert devicetime.default_reference(str(devicetime.TEMPLATE)) == "h200-surface-v2"
 
 
+def test_devicetime_pending_prices_the_cells_not_stored_and_the_panel_once(monkeypatch):
+    """The next leases' work: each experiment's cells not stored as ok, the control panel first
+    and whole (every lease measures it), an engine the panel shares counted once."""
+    from specdec import devicetime, profiles, runner
+
+    est = devicetime.estimate("h200-surface-v2", pending=True).set_index("experiment")
+    assert est.index[0] == "panel (every lease)" and est.loc["panel (every lease)", "cells"] == 6
+    for name, counts in runner.status(profiles.load_profile("h200-surface-v2")).items():
+        if name not in ("(all)", "panel"):
+            assert est.loc[name, "cells"] == counts["failed"] + counts["missing"], name
+    # peer-check runs on the panel's engines (the baseline and EAGLE-3 at K = 4): no start of its own
+    both = devicetime.estimate("h200-surface-v2", experiments=["peer-check"],
+                               pending=True).set_index("experiment")
+    assert both.loc["(all)", "engines"] == 3
+    assert both.loc["(all)", "engine_start_s"] == both.loc["panel (every lease)", "engine_start_s"]
+    # nothing stored: every cell is pending
+    from specdec import store
+
+    monkeypatch.setattr(store, "cell_status", lambda *a, **k: "missing")
+    empty = devicetime.estimate("h200-surface-v2", experiments=["peer-check"], pending=True)
+    assert empty.set_index("experiment").loc["peer-check", "cells"] == 4
+
+
 @pytest.mark.book
 def test_run_report_page_shows_a_report(tmp_path):
     from specdec import book, paths as P

@@ -56,21 +56,41 @@ def costs(reference: str, root=None) -> dict:
 
 
 def estimate(profile, reference: str = "h200-surface-v2", experiments: Sequence[str] | None = None,
-             root=None) -> pd.DataFrame:
+             root=None, pending: bool = False) -> pd.DataFrame:
     """Expected device time per experiment of ``profile`` (a Profile, name or path), priced
     with ``reference``'s recorded engine starts and cell times; last row: all of them
-    (a cell or engine shared by experiments counted once)."""
+    (a cell or engine shared by experiments counted once).
+
+    ``pending``: the next leases' work instead: each experiment's cells not yet stored as ok
+    (in ``root``), and, for a profile with a control panel, the panel first, whole (every lease
+    measures it again); the last row counts an engine the panel shares with pending cells once
+    (an experiment on the panel's engines, measured with it, costs no start of its own)."""
     prof = profile if isinstance(profile, profiles.Profile) else profiles.load_profile(profile)
     c = costs(reference, root)
     names = list(experiments) if experiments else [e.name for e in prof.experiments]
+    panel = prof.protocol.panel_experiment if pending else None
+    if panel:
+        names = [panel] + [n for n in names if n != panel]
+
+    def todo(name):
+        cells = profiles.expand(prof, [name])
+        if not pending or name == panel:
+            return cells
+        return [x for x in cells
+                if store.cell_status(prof.name, profiles.cell_id(prof, x), root) != "ok"]
+
     rows = []
     for name in names + [None]:
-        cells = profiles.expand(prof, [name] if name else names)
+        if name:
+            cells = todo(name)
+        else:  # all of them, a cell of several experiments once
+            cells = list({profiles.cell_id(prof, x): x for n in names for x in todo(n)}.values())
         groups = profiles.engine_groups(cells)
         start = sum(c["engine_start_s"].get(m, c["engine_start_all"]) for m, _, _ in groups)
         per_cell = sum(c.get("cell_s_method", {}).get(
             (x.method, x.batch_size), c["cell_s"].get(x.batch_size, c["cell_all"])) for x in cells)
-        rows.append({"experiment": name or "(all)", "cells": len(cells), "engines": len(groups),
+        label = f"{name} (every lease)" if name and name == panel else name
+        rows.append({"experiment": label or "(all)", "cells": len(cells), "engines": len(groups),
                      "engine_start_s": start, "cells_s": per_cell, "device_s": start + per_cell,
                      "device_minutes": (start + per_cell) / 60})
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -110,9 +130,10 @@ def default_reference(profile: str) -> str:
 
 def _cmd(args) -> int:
     args.reference = args.reference or default_reference(args.profile)
-    est = estimate(args.profile, args.reference, args.experiment or None)
-    print(f"{args.profile}: expected device time, priced with {args.reference}'s recorded engine "
-          "starts and cell times (per method where it measured the method)")
+    est = estimate(args.profile, args.reference, args.experiment or None, pending=args.pending)
+    print(f"{args.profile}: expected device time{' of the cells not measured yet' if args.pending else ''}, "
+          f"priced with {args.reference}'s recorded engine starts and cell times (per method where "
+          "it measured the method)")
     print(table(est).to_string(index=False))
     return 0
 
@@ -125,4 +146,7 @@ def register(subparsers) -> None:
                    help="the measured campaign to price with (default: the profile itself once "
                         "it has rows, else h200-surface-v2)")
     p.add_argument("-e", "--experiment", action="append", help="only this experiment (repeatable)")
+    p.add_argument("--pending", action="store_true",
+                   help="only the cells not stored yet (the next leases' work), with the control "
+                        "panel every lease measures")
     p.set_defaults(func=_cmd)
