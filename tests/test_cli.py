@@ -34,6 +34,17 @@ def _run(f, tmp_path, capsys):
     return code, out, err
 
 
+def test_a_superseded_profile_is_listed_but_not_measured(tmp_path, capsys):
+    """h200-surface (the first protocol's) names its successor: a dry run lists its cells, a
+    run is refused before any engine starts, naming the profile to measure instead."""
+    f = _profile_file(tmp_path)
+    assert yaml.safe_load(f.read_text())["superseded_by"] == "h200-surface-v2"
+    assert _run(f, tmp_path, capsys)[0] == 0
+    code = cli.main(["run", str(f), "--results-root", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    assert code != 0 and "superseded by h200-surface-v2" in err and "measure h200-surface-v2" in err
+
+
 def test_dry_run_of_a_good_profile_lists_its_cells(tmp_path, capsys):
     code, out, err = _run(_profile_file(tmp_path), tmp_path, capsys)
     assert (code, err) == (0, "")

@@ -50,6 +50,29 @@ def test_second_regeneration_measures_nothing_and_finishes_in_seconds(regen, mon
     assert len(list(regen["reports"].rglob("*.json"))) == 1  # no report for a no-op
 
 
+def test_a_regeneration_is_a_lease_with_its_control_panel(regen, monkeypatch):
+    """Protocol 2: the panel at the start (with the first engines) and again at the end, under
+    one lease id; a superseded profile is refused before anything runs."""
+    prof = yaml.safe_load(open(regen["profile"]))
+    prof["protocol"] = {"version": 2, "min_repeat_s": 0.0, "panel_experiment": "b"}
+    open(regen["profile"], "w").write(yaml.safe_dump(prof))
+    monkeypatch.delenv("SPECDEC_LEASE", raising=False)
+    res = _regen(regen, budget_s=600)
+    assert res["lease"].startswith("regenerate-") and len(res["outcome"]["ok"]) >= 5
+    for phase in ("start", "end"):
+        panel = store.load_runs("fake", runner.panel_root(regen["results"], res["lease"], phase))
+        assert panel["cell_id"].nunique() == 3 and set(panel["panel_phase"]) == {phase}
+        assert set(panel["lease_id"]) == {res["lease"]}
+    assert set(store.load_runs("fake", regen["results"])["lease_id"]) == {res["lease"]}
+    prof["superseded_by"] = "somewhere-else"
+    open(regen["profile"], "w").write(yaml.safe_dump(prof))
+    from specdec.profiles import ProfileError
+
+    with pytest.raises(ProfileError, match="superseded by somewhere-else"):
+        _regen(regen)
+    assert _regen(regen, dry_run=True)["outcome"] is None  # listing what is stale still works
+
+
 def test_stale_reasons_config_measure_version_engine_failed(regen, monkeypatch):
     monkeypatch.setenv("FAKE_RAISE_BATCH", "2")
     _regen(regen)

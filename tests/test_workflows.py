@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specdec import paths
+from specdec import paths, profiles
 
 WORKFLOWS = paths.ROOT / ".github" / "workflows"
 
@@ -83,3 +83,9 @@ def test_schedule_regenerates_a_gpu_profile_and_opens_a_pull_request():
     pr = [s for s in job["steps"] if s.get("uses", "").startswith("peter-evans/create-pull-request@")]
     assert len(pr) == 1
     assert "data/results/" in pr[0]["with"]["add-paths"] and "data/reports/" in pr[0]["with"]["add-paths"]
+    assert "data/panels/" in pr[0]["with"]["add-paths"]  # a protocol-2 profile's control panels
+    # the default is a profile the study still measures, not a superseded one
+    default = wf["on"]["workflow_dispatch"]["inputs"]["profile"]["default"]
+    assert f"inputs.profile || '{default}'" in text
+    prof = profiles.load_profile(default)
+    assert prof.superseded_by is None and prof.protocol.panel_experiment

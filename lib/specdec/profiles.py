@@ -313,6 +313,10 @@ class Profile(_Schema):
     protocol: Protocol = Protocol()
     #: True for profiles that document a setup but are never run by this study.
     reference_only: bool = False
+    #: The profile whose rows replace this one's (a superseded measuring protocol): it is not
+    #: measured any more (``specdec run`` and ``specdec regenerate`` refuse it; a dry run lists
+    #: its cells), and its remaining rows are kept for comparison.
+    superseded_by: str | None = None
 
     # -- lookups ----------------------------------------------------------- #
     def method(self, name: str) -> Method:

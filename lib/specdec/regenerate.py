@@ -10,7 +10,11 @@
    everything with a message naming it (:func:`specdec.store.read_file`).
 2. Only the stale cells are measured (:func:`specdec.runner.run` with ``force`` on exactly
    those ids); finished cells are written one by one, atomically, so a killed regeneration
-   resumes where it stopped.
+   resumes where it stopped. A regeneration is a lease: for a profile with a control panel
+   (measuring protocol 2) the panel is measured with the first engines and again at the end
+   (``data/panels/<lease>-start|end/``), the lease id from ``$SPECDEC_LEASE`` or
+   ``regenerate-<UTC time>``, the end panel's expected time kept out of the cells' budget.
+   A superseded profile (``superseded_by``) is refused before anything runs.
 3. When anything was measured, a run report (:func:`build_report`) is written to
    ``data/reports/<profile>/<UTC time>.json``: what was rerun and why, which figures moved
    outside their intervals against the rows that were there before (the committed ones in a
@@ -24,6 +28,7 @@ a second run finishes in seconds.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -280,6 +285,10 @@ def regenerate(profile, experiments: Sequence[str] | None = None,
     out = out or sys.stdout
     t0 = time.perf_counter()
     prof, path = _load(profile)
+    if prof.superseded_by and not dry_run:
+        raise profiles.ProfileError(
+            f"{prof.name} is superseded by {prof.superseded_by}: its rows are kept for comparison "
+            f"only and it is not measured any more; regenerate {prof.superseded_by}")
     for tmp in store.partial_files(prof.name, results_root):
         tmp.unlink(missing_ok=True)  # a killed write's leftovers, never a result
     before = store.load_runs(prof.name, results_root)  # refuses a corrupt file, naming it
@@ -294,9 +303,24 @@ def regenerate(profile, experiments: Sequence[str] | None = None,
     if stale:
         from . import runner
 
+        panel = prof.protocol.panel_experiment
+        lease = (os.environ.get("SPECDEC_LEASE")
+                 or time.strftime("regenerate-%Y-%m-%dT%H%M%SZ", time.gmtime())) if panel else None
+        cells_budget = budget_s
+        if panel and budget_s is not None:  # keep the end panel's expected time out of it
+            end = runner.panel_cells(prof, lease, "end", results_root)
+            cells_budget = max(0.0, budget_s - sum(
+                runner.engine_estimate_s(prof, g)
+                for g in profiles.engine_groups(end, cell=lambda pc: pc.cell).values()))
+        started = time.perf_counter()
         outcome = runner.run(path, experiments=experiments, force=True, cells=list(stale),
-                             results_root=results_root, worker=worker, budget_s=budget_s,
-                             out=out)
+                             results_root=results_root, worker=worker, budget_s=cells_budget,
+                             out=out, panel="start" if panel else None, lease=lease)
+        if panel:
+            left = None if budget_s is None else budget_s - (time.perf_counter() - started)
+            result["panel_end"] = runner.run(path, results_root=results_root, worker=worker,
+                                             budget_s=left, out=out, panel="end", lease=lease)
+            result["lease"] = lease
         result["outcome"] = outcome
         if outcome["ok"] or outcome["failed"]:
             after = store.load_runs(prof.name, results_root)
@@ -320,8 +344,8 @@ def _cmd(args) -> int:
         res = regenerate(args.profile, experiments=args.experiment or None,
                          results_root=args.results_root, budget_s=args.budget,
                          dry_run=args.dry_run, book=not args.no_book)
-    except store.SchemaError as e:  # a corrupt or schema-violating result file, named
-        print(f"specdec regenerate: refused: {e}", file=sys.stderr)
+    except (store.SchemaError, profiles.ProfileError) as e:  # a corrupt file, named; a
+        print(f"specdec regenerate: refused: {e}", file=sys.stderr)  # superseded profile
         return 2
     return 1 if res["outcome"] and res["outcome"]["failed"] else 0
 
