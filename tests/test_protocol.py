@@ -402,3 +402,25 @@ def test_sweep_own_panel_gives_the_start_panel_before_the_end():
     lines, own = protocol.sweep_own_panel(sweep, panel)
     assert list(own["panel_phase"]) == ["start", "end"] and list(own["other_speedup"]) == [1.4, 1.4]
     assert lines["other_lease"].tolist() == [False, False, True]
+
+
+def test_panel_normalised_reads_each_lease_at_the_median_panel_host():
+    """A cell's speedup times its lease's panel step (geometric mean of start and end) over the
+    median panel step of that method and batch; cells of a batch or lease without a panel drop."""
+    panel = pd.DataFrame([
+        {"lease_id": lease, "panel_phase": ph, "method": "d", "batch_size": 1, "step_ms": ms}
+        for lease, ph, ms in [("L1", "start", 10.0), ("L1", "end", 10.0), ("L2", "start", 16.0),
+                              ("L2", "end", 25.0), ("L3", "start", 30.0), ("L3", "end", 30.0)]])
+    rows = pd.DataFrame([
+        {"method": "d", "batch_size": b, "num_speculative_tokens": k, "acceptance_alpha": 0.8,
+         "lease_id": lease, "speedup": 1.0, "speedup_ci_low": 0.9, "speedup_ci_high": 1.1}
+        for b, k, lease in [(1, 1, "L1"), (1, 2, "L2"), (1, 3, "L9"), (64, 1, "L1")]])
+    out = protocol.panel_normalised(rows, panel).set_index("num_speculative_tokens")
+    assert sorted(out.index) == [1, 2]  # L9 has no panel; batch 64 is not in it
+    median = 20.5  # of 10, 10, 16, 25, 30, 30
+    assert out.loc[1, "host_factor"] == pytest.approx(10.0 / median)
+    assert out.loc[2, "host_factor"] == pytest.approx((16.0 * 25.0) ** 0.5 / median)
+    assert out.loc[2, "speedup"] == pytest.approx(20.0 / 20.5)  # sqrt(16 * 25) / median
+    assert out.loc[1, "speedup_ci_high"] == pytest.approx(1.1 * 10.0 / 20.5)
+    assert out.loc[2, "panel_drift"] == pytest.approx(25.0 / 16.0 - 1)
+

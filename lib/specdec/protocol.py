@@ -753,6 +753,34 @@ def sweep_own_panel(sweep: pd.DataFrame, panel_sp: pd.DataFrame | None
     return lines, own
 
 
+def panel_normalised(rows: pd.DataFrame, panel: pd.DataFrame) -> pd.DataFrame:
+    """Cells of several leases read as on one host: each cell of a method in the control panel,
+    at a batch size the panel measures, with its speedup (and interval) times the host factor
+    of its lease, ``host_factor`` = the lease's panel step time for the method at that batch
+    (the geometric mean of its start and end panels) / the median of that panel cell over every
+    lease. A cell's step is so read at the median panel host, on the assumption that a host
+    moves the method's step alike at every K and set alpha of that batch (the panel measures
+    K = 4, alpha 0.8); ``panel_drift`` (the lease's largest / smallest panel step - 1) says how
+    far the host moved within the lease. Cells whose lease has no panel cell of the method at
+    their batch are left out. The issue's rule: rows of leases whose panels disagree are
+    normalised by the panel and labelled so.
+
+    ``rows``: :func:`as_surface` rows (``speedup``, its interval, ``lease_id``); ``panel``:
+    :func:`panel_table`."""
+    key = ["method", "batch_size"]
+    steps = panel.dropna(subset=["step_ms"])
+    ref = steps.groupby(key)["step_ms"].median().rename("panel_median_ms")
+    lease = steps.groupby(["lease_id"] + key)["step_ms"].agg(
+        panel_ms=lambda v: float(np.exp(np.log(v.to_numpy(dtype=float)).mean())),
+        panel_drift=lambda v: float(v.max() / v.min() - 1.0))
+    out = rows.merge(lease.reset_index(), on=["lease_id"] + key).join(ref, on=key)
+    out["host_factor"] = out["panel_ms"] / out["panel_median_ms"]
+    for c in ("speedup", "speedup_ci_low", "speedup_ci_high"):
+        if c in out:
+            out[c] = out[c] * out["host_factor"]
+    return out.reset_index(drop=True)
+
+
 def controls(speedup_df: pd.DataFrame, k: int = 4, batches: Sequence[int] = (1, 16),
              panel: pd.DataFrame | None = None) -> pd.DataFrame:
     """What each pinned setting changes: each control beside the default, at the K, set
