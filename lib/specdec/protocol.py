@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from . import leases, metrics, paths, stats, store, theory
-from .surface import _read_between, dynamic_k_methods
+from .surface import _read_between, dynamic_k_methods, ties
 
 #: A cell is paired with the baseline measured on the same runner and engine core, at the
 #: same batch size, workload and temperature.
@@ -415,11 +415,9 @@ def best_read(speedup_df: pd.DataFrame, method: str, alpha: float, batch: int,
     """:func:`read_at` at the best measured K where the method's K was swept at this batch
     (``swept`` True: at least ``min_ks`` K measured, :func:`specdec.surface.best_k`'s rule),
     else at ``k``; None where nothing brackets ``alpha``. ``overlaps``: the other K whose
-    reading lies inside the best one's interval (the "best" K is a tie with them; the rule of
-    :func:`specdec.surface.best_k`'s runner-up). ``within_spread``: the other K read in other
-    leases than the best one whose reading is within the method's panel ``spread`` of it
-    (reading ≥ best / (1 + spread)): two hosts may differ by that much, so the difference
-    is not a finding. ``leases``: the leases the readings come from."""
+    reading lies inside the best one's interval and ``within_spread`` the other K read in other
+    leases within the method's panel ``spread`` of it (:func:`specdec.surface.ties`: the "best"
+    K is a tie with them). ``leases``: the leases the readings come from."""
     mine = speedup_df[(speedup_df["method"] == method) & (speedup_df["batch_size"] == batch)]
     ks = sorted(int(x) for x in mine["num_speculative_tokens"].unique())
     reads = [r for kk in (ks if len(ks) >= min_ks else [k])
@@ -427,13 +425,9 @@ def best_read(speedup_df: pd.DataFrame, method: str, alpha: float, batch: int,
     if not reads:
         return None
     best = max(reads, key=lambda x: x["speedup_cost"])
-    overlaps = [r["num_speculative_tokens"] for r in reads if r is not best
-                and r["speedup_cost"] >= best["speedup_cost_ci_low"]]
-    within_spread = ([r["num_speculative_tokens"] for r in reads if r is not best
-                      and r["num_speculative_tokens"] not in overlaps
-                      and set(r["leases"]) != set(best["leases"])
-                      and r["speedup_cost"] * (1 + spread) >= best["speedup_cost"]]
-                     if spread is not None and pd.notna(spread) else [])
+    overlaps, within_spread = ties(best["speedup_cost"], best["speedup_cost_ci_low"], best["leases"],
+                                   [(r["num_speculative_tokens"], r["speedup_cost"], r["leases"])
+                                    for r in reads if r is not best], spread)
     leases = sorted({lease for r in reads for lease in r["leases"]})
     return {**best, "swept": len(reads) > 1, "overlaps": overlaps,
             "within_spread": within_spread, "leases": leases}

@@ -122,6 +122,21 @@ def engine_holdings(summary_df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def ties(best: float, best_low: float, best_leases, others, spread: float | None = None
+         ) -> tuple[list[int], list[int]]:
+    """The K a best reading ties with: ``overlaps``, the other K whose reading lies inside the
+    best one's interval (reading >= ``best_low``); ``within_spread``, the other K read in other
+    leases than the best one whose reading is within the method's ``spread`` between control
+    panels of it (reading x (1 + spread) >= best): two hosts may differ by that much, so the
+    difference is not a finding. ``others``: (K, reading, leases) of the other K; leases are
+    sets (a reading may come from two cells)."""
+    overlaps = sorted(int(k) for k, v, _ in others if v >= best_low)
+    within = sorted(int(k) for k, v, leases in others
+                    if spread is not None and pd.notna(spread) and int(k) not in overlaps
+                    and set(leases) != set(best_leases) and v * (1 + spread) >= best)
+    return overlaps, within
+
+
 def best_k(surface_df: pd.DataFrame, rule_k: int | None = None, min_ks: int = 5,
            spread: pd.Series | None = None) -> pd.DataFrame:
     """The measured best K per method, batch and set alpha, over a K sweep.
@@ -131,9 +146,8 @@ def best_k(surface_df: pd.DataFrame, rule_k: int | None = None, min_ks: int = 5,
     measured), ``best_k`` and ``best_speedup`` (the largest measured median speedup),
     ``runner_up_speedup`` (the second largest), ``overlaps`` (the other K whose median lies
     inside the best one's interval) and ``within_spread`` (the other K measured in another
-    lease than the best one whose median is within the method's ``spread`` between control
-    panels of it: median × (1 + spread) ≥ best, :func:`specdec.protocol.best_read`'s rule; two
-    hosts may differ by that much): where either is non-empty, the "best" K is a tie (``tie``).
+    lease within the method's ``spread`` between control panels of it; :func:`ties`): where
+    either is non-empty, the "best" K is a tie (``tie``).
     Where ``rule_k`` is given (a rule's K, e.g. the article's C14): ``rule_speedup`` (measured
     at that K) and ``rule_loss`` (1 - rule/best).
     """
@@ -147,13 +161,11 @@ def best_k(surface_df: pd.DataFrame, rule_k: int | None = None, min_ks: int = 5,
         g = g.sort_values("speedup", ascending=False)
         top, rest = g.iloc[0], g.iloc[1:]
         low = float(top.get("speedup_ci_low", np.nan))
-        overlaps = sorted(int(k) for k in rest.loc[rest["speedup"] >= low, "num_speculative_tokens"])
-        s = spread.get(method, np.nan) if spread is not None else np.nan
-        other = (rest["lease_id"] != top["lease_id"] if "lease_id" in rest
-                 else pd.Series(False, index=rest.index))
-        near = rest[other & ~rest["num_speculative_tokens"].isin(overlaps)
-                    & (rest["speedup"] * (1 + s) >= top["speedup"])] if pd.notna(s) else rest.iloc[0:0]
-        within = sorted(int(k) for k in near["num_speculative_tokens"])
+        lease = (lambda r: {r["lease_id"]}) if "lease_id" in g else (lambda r: set())
+        overlaps, within = ties(float(top["speedup"]), low, lease(top),
+                                [(r["num_speculative_tokens"], r["speedup"], lease(r))
+                                 for _, r in rest.iterrows()],
+                                spread.get(method) if spread is not None else None)
         row = {"method": method, "batch_size": int(batch), "acceptance_alpha": float(alpha),
                "ks": ks, "best_k": int(top["num_speculative_tokens"]),
                "best_speedup": float(top["speedup"]), "best_ci_low": low,
