@@ -73,11 +73,11 @@ def estimate(profile, reference: str = "h200-surface-v2", experiments: Sequence[
         names = [panel] + [n for n in names if n != panel]
 
     def todo(name):
-        cells = profiles.expand(prof, [name])
         if not pending or name == panel:
-            return cells
-        return [x for x in cells
-                if store.cell_status(prof.name, profiles.cell_id(prof, x), root) != "ok"]
+            return profiles.expand(prof, [name])
+        from .runner import plan  # the cells a run would measure: not stored as ok
+
+        return [pc.cell for pc in plan(prof, [name], results_root=root) if pc.will_run]
 
     rows = []
     for name in names + [None]:
