@@ -318,6 +318,13 @@ class Profile(_Schema):
     #: its cells), and its remaining rows are kept for comparison.
     superseded_by: str | None = None
 
+    def refuse_if_superseded(self) -> None:
+        """Raise before anything is measured where a successor replaces this profile."""
+        if self.superseded_by:
+            raise ProfileError(f"{self.name} is superseded by {self.superseded_by}: its rows are "
+                               f"kept for comparison only and it is not measured any more; "
+                               f"measure {self.superseded_by}")
+
     # -- lookups ----------------------------------------------------------- #
     def method(self, name: str) -> Method:
         return _by_name(self.methods, name, "methods")

@@ -285,10 +285,8 @@ def regenerate(profile, experiments: Sequence[str] | None = None,
     out = out or sys.stdout
     t0 = time.perf_counter()
     prof, path = _load(profile)
-    if prof.superseded_by and not dry_run:
-        raise profiles.ProfileError(
-            f"{prof.name} is superseded by {prof.superseded_by}: its rows are kept for comparison "
-            f"only and it is not measured any more; regenerate {prof.superseded_by}")
+    if not dry_run:
+        prof.refuse_if_superseded()
     for tmp in store.partial_files(prof.name, results_root):
         tmp.unlink(missing_ok=True)  # a killed write's leftovers, never a result
     before = store.load_runs(prof.name, results_root)  # refuses a corrupt file, naming it

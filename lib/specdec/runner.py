@@ -378,10 +378,8 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
         profile = profiles.load_profile(profile)
     else:
         profile_path = paths.PROFILES_DIR / f"{profile.name}.yaml"
-    if profile.superseded_by and not dry_run:
-        raise profiles.ProfileError(
-            f"{profile.name} is superseded by {profile.superseded_by}: its rows are kept for "
-            f"comparison only and it is not measured any more; measure {profile.superseded_by}")
+    if not dry_run:
+        profile.refuse_if_superseded()
     if experiments:
         for e in experiments:
             profile.experiment(e)  # unknown experiment: ProfileError naming it
