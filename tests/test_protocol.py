@@ -424,3 +424,89 @@ def test_panel_normalised_reads_each_lease_at_the_median_panel_host():
     assert out.loc[1, "speedup_ci_high"] == pytest.approx(1.1 * 10.0 / 20.5)
     assert out.loc[2, "panel_drift"] == pytest.approx(25.0 / 16.0 - 1)
 
+    # the step is read at the median host too: over the factor, as the speedup is times it
+    steps = protocol.panel_normalised(rows.assign(step_ms=8.0, step_ms_cv=0.1), panel)
+    assert steps.set_index("num_speculative_tokens").loc[1, "step_ms"] == pytest.approx(8.0 * 20.5 / 10.0)
+    assert (steps["step_ms_cv"] == 0.1).all()
+
+
+def test_one_host_normalises_only_the_methods_whose_panels_moved():
+    """Only a method whose panel spread exceeds PANEL_WORST is read on one host; no panel, no
+    such method: nothing."""
+    panel = pd.DataFrame([{"lease_id": lease, "panel_phase": "start", "method": m, "batch_size": 1,
+                           "step_ms": ms} for lease, m, ms in
+                          [("L1", "d", 10.0), ("L2", "d", 20.0), ("L1", "e", 7.0), ("L2", "e", 7.1)]])
+    rows = pd.DataFrame([{"method": m, "batch_size": 1, "num_speculative_tokens": 4,
+                          "lease_id": "L1", "speedup": 1.0, "step_ms": 5.0} for m in ("d", "e")])
+    spread = protocol.method_spread(panel.assign(cell_id=panel["method"]))
+    assert protocol.moved_methods(spread) == ["d"]
+    out = protocol.one_host(rows, panel, spread)
+    assert list(out["method"]) == ["d"] and out["host_factor"].iloc[0] == pytest.approx(10.0 / 15.0)
+    assert protocol.one_host(rows, None, spread).empty
+    assert protocol.one_host(rows, panel, pd.Series({"d": 0.01})).empty
+
+
+def test_answer_table_adds_a_one_host_row_for_a_method_whose_panel_moved():
+    """A sweep whose K = 1, 2 came from a slow lease (panel step 20 ms) and the rest from a
+    fast one (10 ms): raw, the fast lease's K wins; read on one host the slow lease's cells
+    are scaled up, and the row says how far the panel moved within a lease. A batch the panel
+    does not measure has no such reading."""
+    slow = {1, 2}
+    rows = _swept(steps=((1, 7.8), (2, 8.0), (4, 7.0), (6, 8.0), (8, 11.0)),
+                  lease_of=lambda kk: "slow" if kk in slow else "fast")
+    rows += [{**r, "batch_size": 16} for r in _rows("baseline", 0, None, 6.0, 1.0)]
+    for a in (0.5, 1.0):
+        rows += [{**r, "batch_size": 16, "cell_id": r["cell_id"] + "-16"}
+                 for r in _rows("eagle3", 4, a, 7.0, theory.expected_tokens_per_step(a, 4), lease="fast")]
+    sp = protocol.speedups(protocol.cells(pd.DataFrame(rows)))
+    panel = pd.DataFrame([{"lease_id": lease, "panel_phase": ph, "method": "eagle3", "batch_size": 1,
+                           "step_ms": ms, "cell_id": "p"} for lease, ph, ms in
+                          [("slow", "start", 20.0), ("slow", "end", 20.0), ("fast", "start", 10.0),
+                           ("fast", "end", 11.0)]])
+    spread = protocol.method_spread(panel)
+    one = protocol.one_host(sp, panel, spread)
+    t = protocol.answer_table(sp, spread, pd.DataFrame(columns=["method"]), k=4, alpha=0.8,
+                              batches=(1, 16), one_host_rows=one).set_index(["method", "acceptance"])
+    raw = t.loc[("eagle3", "set α = 0.8"), "batch 1"]
+    norm = t.loc[("eagle3", f"set α = 0.8, {protocol.ONE_HOST}"), "batch 1"]
+    assert raw.endswith("at K = 6") or "at K = 6 " in raw
+    assert "at K = 2" in norm
+    factor = 20.0 / 15.5  # the slow lease's panel over the median of 20, 20, 10, 11
+    e2 = theory.expected_tokens_per_step(0.8, 2)
+    assert norm.startswith(f"{e2 * 6.0 / 8.0 * factor:.2f}×")
+    assert t.loc[("eagle3", f"set α = 0.8, {protocol.ONE_HOST}"), "batch 16"] == "no panel cell at this batch"
+    assert t.loc[("eagle3", f"set α = 0.8, {protocol.ONE_HOST}"), "panel spread"] == "within a lease: up to 10%"
+    # without the one-host rows, no such row
+    t0 = protocol.answer_table(sp, spread, pd.DataFrame(columns=["method"]), k=4, alpha=0.8, batches=(1,))
+    assert not t0["acceptance"].str.contains("one host").any()
+
+
+def test_probe_across_leases_reads_a_step_that_follows_its_engines_vcpu():
+    """Panel repeats of three leases whose vCPU probe differs: a step proportional to the
+    probe gives r near 1, a line through zero and a CV that dividing by the probe removes; a
+    flat step gives r near 0. Cells outside the panel (not K = 4 at 0.8) are not read."""
+    rows = []
+    for i, (lease, probe) in enumerate([("A", 1000.0), ("B", 1400.0), ("C", 1900.0)]):
+        for r in range(3):
+            p = probe * (1 + 0.01 * r)
+            rows += [{**_rows("draft-1b", 4, 0.8, 12.0 * p / 1000.0, 3.3, runner=V1, reps=1,
+                              lease=lease, phase="start")[0],
+                      "repeat": r, "engine_vcpu_probe_us": p, "timestamp_utc": f"t{i}{r}"}]
+            rows += [{**_rows("baseline", 0, None, 5.0 + 0.01 * r, 1.0, reps=1, lease=lease,
+                              phase="start")[0],
+                      "repeat": r, "engine_vcpu_probe_us": p, "timestamp_utc": f"t{i}{r}"}]
+            rows += [{**_rows("draft-1b", 2, 0.8, 99.0, 2.4, runner=V1, reps=1, lease=lease,
+                              phase="start")[0],
+                      "repeat": r, "engine_vcpu_probe_us": p, "timestamp_utc": f"t{i}{r}"}]
+    pl = protocol.probe_across_leases(protocol.repeats(pd.DataFrame(rows))).set_index("method")
+    d = pl.loc["draft-1b"]
+    assert d["repeats"] == 9 and d["leases"] == 3 and d["r"] > 0.999
+    assert d["intercept_ms"] == pytest.approx(0.0, abs=1e-6) and d["ms_per_probe_ms"] == pytest.approx(12.0)
+    assert d["cv"] > 0.2 and d["cv_per_probe"] < 1e-9
+    assert abs(pl.loc["baseline", "ms_per_probe_ms"]) < 0.05
+    assert protocol.probe_across_leases(pd.DataFrame({"panel_phase": []})).empty
+    from specdec import plots_surface
+    fig = plots_surface.probe_across_leases_chart(protocol.repeats(pd.DataFrame(rows)), pl.reset_index())
+    assert len(fig.axes[0].lines) == 2  # one line per method at batch 1
+    assert any("not" in t.get_text() or "no panel" in t.get_text() for t in
+               plots_surface.probe_across_leases_chart(pd.DataFrame({"panel_phase": []}), pl.iloc[0:0]).axes[0].texts)

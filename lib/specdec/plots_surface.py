@@ -7,10 +7,11 @@ cell whose realised acceptance missed the set one (``acceptance_follows_set`` Fa
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from . import leases, plots
+from . import leases, plots, protocol
 from .profiles import BASELINE
 
 ALPHA_LABEL = "set acceptance α (position i accepted with α^(i+1))"
@@ -313,6 +314,42 @@ def vcpu_speed_chart(shared: pd.DataFrame, fit: pd.DataFrame,
     ax.set_ylabel("step time: % from its cell's median")
     fig.supxlabel(plots.caption(shared), fontsize="small", color="0.25")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize="x-small")
+    return fig
+
+
+def probe_across_leases_chart(reps: pd.DataFrame, fit: pd.DataFrame,
+                              title: str = "The panel's step against its engine's vCPU, lease to lease"
+                              ) -> Figure:
+    """Each control-panel repeat's step time against the probe on its engine's vCPU, one panel
+    per batch size, one colour per method and runner, with each one's least-squares line
+    (:func:`specdec.protocol.probe_across_leases`): a step that waits on the host climbs with
+    the probe from one lease to the next; one whose host work hides behind the GPU's stays
+    flat."""
+    d = protocol.panel_probe_repeats(reps)
+    batches = sorted(d["batch_size"].unique()) if len(d) else [None]
+    fig, axes = plots.figure(title, (4.2 * len(batches) + 1.4, 3.6), ncols=len(batches), sharey=True)
+    if d.empty:
+        plots._no_data(axes[0], "no panel repeat carries the probe on the engine's vCPU yet")
+        return fig
+    palette = plots.method_palette(sorted(set(d["method"])))
+    lines = fit.set_index(["method", "runner", "batch_size"]) if len(fit) else None
+    for ax, b in zip(axes, batches):
+        for (method, runner), g in d[d["batch_size"] == b].groupby(["method", "runner"]):
+            x = g["engine_vcpu_probe_us"] / 1000.0
+            ax.scatter(x, g["step_ms"], s=16, alpha=0.7, color=palette[method],
+                       marker="o" if runner == "V2" else "^", label=f"{method} ({runner})")
+            if lines is not None and (method, runner, b) in lines.index:
+                ln = lines.loc[(method, runner, b)]
+                xs = np.array([x.min(), x.max()])
+                ax.plot(xs, ln["intercept_ms"] + ln["ms_per_probe_ms"] * xs, color=palette[method],
+                        linewidth=1.2)
+        ax.set_title(f"batch {int(b)}", fontsize="small")
+        ax.set_xlabel("probe on the engine's vCPU (ms)")
+        ax.set_ylim(bottom=0)
+    axes[0].set_ylabel("step time (ms)")
+    fig.supxlabel(plots.caption(d), fontsize="small", color="0.25")
+    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels())}
+    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize="x-small")
     return fig
 
 

@@ -433,38 +433,56 @@ def best_read(speedup_df: pd.DataFrame, method: str, alpha: float, batch: int,
             "within_spread": within_spread, "leases": leases}
 
 
+ONE_HOST = "on one host (panel-normalised)"
+
+
+def _answer_cell(r: dict) -> str:
+    return (f"{r['speedup_cost']:.2f}× [{r['speedup_cost_ci_low']:.2f}, {r['speedup_cost_ci_high']:.2f}]"
+            + (f" at K = {r['num_speculative_tokens']}" if r["swept"] else "")
+            + (f" (K = {', '.join(map(str, r['overlaps']))} within the interval)"
+               if r["overlaps"] else "")
+            + (f" (K = {', '.join(map(str, r['within_spread']))} within the spread, in another lease)"
+               if r["within_spread"] else ""))
+
+
 def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.DataFrame,
-                 k: int = 4, alpha: float = 0.8, batches: Sequence[int] = (1, 16, 64)) -> pd.DataFrame:
+                 k: int = 4, alpha: float = 0.8, batches: Sequence[int] = (1, 16, 64),
+                 one_host_rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """What speculation buys on the H200, per method: the speedup read from cost at a set
     alpha and, where a published acceptance of the method's class exists, at the alpha it
     implies, for each batch size; with its interval and the method's panel spread. At the
     best measured K (named in the cell, with the K whose reading lies inside its interval, and
     the K read in another lease within the method's spread of it) where the method's K was
-    swept at that batch, else at ``k``."""
+    swept at that batch, else at ``k``.
+
+    ``one_host_rows`` (:func:`one_host`): for each method in them, a row more at the set
+    alpha, read as on one host (:data:`ONE_HOST`): its cells normalised by the control panel
+    of their lease, so that the best K is not decided by which host measured which K; its
+    spread column says how far the panel moved within a lease, the uncertainty the reading
+    keeps. A batch the panel does not measure has no such reading."""
+    one = one_host_rows if one_host_rows is not None else speedup_df.iloc[0:0]
     rows = []
     for method in sorted(set(speedup_df["method"])):
-        alphas = [(f"set α = {alpha:g}", alpha)]
+        alphas = [(f"set α = {alpha:g}", alpha, speedup_df, spread.get(method, np.nan))]
+        mine = one[one["method"] == method]
+        if len(mine):
+            alphas.append((f"set α = {alpha:g}, {ONE_HOST}", alpha, mine, None))
         for _, p in published[published["method"] == method].iterrows():
             alphas.append((f"published ({p['dataset']}): α ≈ {p['implied_alpha']:.2f}",
-                           float(p["implied_alpha"])))
-        for label, a in alphas:
+                           float(p["implied_alpha"]), speedup_df, spread.get(method, np.nan)))
+        for label, a, src, sp in alphas:
             row = {"method": method, "acceptance": label}
             for b in batches:
-                r = best_read(speedup_df, method, a, b, k, spread=spread.get(method, np.nan))
-                if r is None:
-                    row[f"batch {b}"] = "not measured yet"
-                    continue
-                row["runner"] = r["runner"]
-                row[f"batch {b}"] = (f"{r['speedup_cost']:.2f}× "
-                                     f"[{r['speedup_cost_ci_low']:.2f}, {r['speedup_cost_ci_high']:.2f}]"
-                                     + (f" at K = {r['num_speculative_tokens']}" if r["swept"] else "")
-                                     + (f" (K = {', '.join(map(str, r['overlaps']))} within the interval)"
-                                        if r["overlaps"] else "")
-                                     + (f" (K = {', '.join(map(str, r['within_spread']))} "
-                                        f"within the spread, in another lease)"
-                                        if r["within_spread"] else ""))
+                r = best_read(src, method, a, b, k, spread=sp)
+                row[f"batch {b}"] = (_answer_cell(r) if r is not None else
+                                     "no panel cell at this batch" if src is mine else
+                                     "not measured yet")
+                if r is not None:
+                    row["runner"] = r["runner"]
             s = spread.get(method, np.nan)
-            row["panel spread"] = (f"±{s / 2:.1%}" if pd.notna(s) else
+            row["panel spread"] = (f"within a lease: up to {mine['panel_drift'].max():.0%}"
+                                   if src is mine else
+                                   f"±{s / 2:.1%}" if pd.notna(s) else
                                    "one panel" if method in spread.index else
                                    # a V1 method's step follows its vCPU's speed (lease 10):
                                    # unknown is not small
@@ -566,7 +584,11 @@ def answer(profile: str, published: pd.DataFrame, results_root: Path | None = No
         return None
     # vLLM's dynamic K is a way to choose K, not a method of its own (the surface chapter)
     dynamic = set(dynamic_k_methods(load_profile(profile)))
-    return answer_table(users[0][~users[0]["method"].isin(dynamic)], users[1], published, **table_args)
+    speedup_df = users[0][~users[0]["method"].isin(dynamic)]
+    panel_runs = load_panels(profile, panels) if panel_runs is None else panel_runs
+    panel = panel_table(cells(panel_runs)) if len(panel_runs) else None
+    return answer_table(speedup_df, users[1], published,
+                        one_host_rows=one_host(speedup_df, panel, users[1]), **table_args)
 
 
 def host_evidence(runs: pd.DataFrame) -> dict:
@@ -678,6 +700,45 @@ def vcpu_speed_fit(shared: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def panel_probe_repeats(reps: pd.DataFrame) -> pd.DataFrame:
+    """The control panels' repeats (:func:`repeats`: the baseline, and K = 4 at alpha 0.8)
+    that carry the probe on the engine's own vCPU (lease 10 on)."""
+    if "engine_vcpu_probe_us" not in reps:
+        return reps.iloc[0:0]
+    d = reps[reps["panel_phase"].notna()
+             & ((reps["num_speculative_tokens"] == 0)
+                | ((reps["num_speculative_tokens"] == 4) & (reps["acceptance_alpha"] == 0.8)))]
+    return d.dropna(subset=["engine_vcpu_probe_us", "step_ms"])
+
+
+def probe_across_leases(reps: pd.DataFrame) -> pd.DataFrame:
+    """Does the engine's vCPU explain why a panel cell moves from lease to lease? Per method,
+    runner and batch size, over the control panels' repeats (K = 4 and alpha 0.8, or the
+    baseline) that carry the probe on the engine's own vCPU (lease 10 on): the least-squares
+    line of the step time (ms) against that probe (ms; ``intercept_ms``, ``ms_per_probe_ms``),
+    Pearson's r, and the step's coefficient of variation over every lease's repeats before
+    (``cv``) and after (``cv_per_probe``) dividing each repeat's step by its probe, how much of
+    the spread between leases the vCPU's speed accounts for. Unlike :func:`vcpu_speed_fit`
+    (each repeat against its own cell's median), this compares absolute steps across leases."""
+    cols = ["method", "runner", "batch_size", "repeats", "leases", "r", "intercept_ms",
+            "ms_per_probe_ms", "cv", "cv_per_probe"]
+    d = panel_probe_repeats(reps)
+    rows = []
+    if d.empty:
+        return pd.DataFrame(rows, columns=cols)
+    for (method, runner, b), g in d.groupby(["method", "runner", "batch_size"]):
+        if len(g) < 5 or g["engine_vcpu_probe_us"].std() == 0:
+            continue
+        x, y = g["engine_vcpu_probe_us"].to_numpy(float) / 1000.0, g["step_ms"].to_numpy(float)
+        slope, icpt = np.polyfit(x, y, 1)
+        rows.append({"method": method, "runner": runner, "batch_size": int(b), "repeats": len(g),
+                     "leases": int(g["lease_id"].nunique()), "r": float(np.corrcoef(x, y)[0, 1]),
+                     "intercept_ms": float(icpt), "ms_per_probe_ms": float(slope),
+                     "cv": float(y.std(ddof=1) / y.mean()),
+                     "cv_per_probe": float((y / x).std(ddof=1) / (y / x).mean())})
+    return pd.DataFrame(rows, columns=cols)
+
+
 #: The controls of ``h200-surface-v2`` (issue 19), each beside the method as users run it:
 #: EAGLE-3 on V2 (its default), pinned to V1, and on V1 with the in-process engine core; the
 #: 1B draft (V1 by default) in-process, with vLLM's asynchronous scheduling on, and kept on
@@ -747,20 +808,27 @@ def sweep_own_panel(sweep: pd.DataFrame, panel_sp: pd.DataFrame | None
     return lines, own
 
 
+def moved_methods(spread: pd.Series) -> list[str]:
+    """The methods whose control-panel cells moved between measurements by more than
+    :data:`PANEL_WORST` (:func:`method_spread`): rows of theirs from two leases may not be read
+    side by side unless normalised by the panel (:func:`one_host`)."""
+    return sorted(m for m, s in spread.items() if pd.notna(s) and s > PANEL_WORST)
+
+
 def panel_normalised(rows: pd.DataFrame, panel: pd.DataFrame) -> pd.DataFrame:
     """Cells of several leases read as on one host: each cell of a method in the control panel,
-    at a batch size the panel measures, with its speedup (and interval) times the host factor
-    of its lease, ``host_factor`` = the lease's panel step time for the method at that batch
-    (the geometric mean of its start and end panels) / the median of that panel cell over every
-    lease. A cell's step is so read at the median panel host, on the assumption that a host
-    moves the method's step alike at every K and set alpha of that batch (the panel measures
-    K = 4, alpha 0.8); ``panel_drift`` (the lease's largest / smallest panel step - 1) says how
-    far the host moved within the lease. Cells whose lease has no panel cell of the method at
-    their batch are left out. The issue's rule: rows of leases whose panels disagree are
-    normalised by the panel and labelled so.
+    at a batch size the panel measures, with its step time (and interval) over the host factor
+    of its lease and its speedups (and intervals) times it; ``host_factor`` = the lease's panel
+    step time for the method at that batch (the geometric mean of its start and end panels) /
+    the median of that panel cell over every lease. A cell's step is so read at the median
+    panel host, on the assumption that a host moves the method's step alike at every K and set
+    alpha of that batch (the panel measures K = 4, alpha 0.8); ``panel_drift`` (the lease's
+    largest / smallest panel step - 1) says how far the host moved within the lease. Cells
+    whose lease has no panel cell of the method at their batch are left out. The issue's rule:
+    rows of leases whose panels disagree are normalised by the panel and labelled so.
 
-    ``rows``: :func:`as_surface` rows (``speedup``, its interval, ``lease_id``); ``panel``:
-    :func:`panel_table`."""
+    ``rows``: :func:`speedups` or :func:`as_surface` rows (``lease_id``, ``step_ms`` and the
+    speedup columns); ``panel``: :func:`panel_table`."""
     key = ["method", "batch_size"]
     steps = panel.dropna(subset=["step_ms"])
     ref = steps.groupby(key)["step_ms"].median().rename("panel_median_ms")
@@ -769,10 +837,24 @@ def panel_normalised(rows: pd.DataFrame, panel: pd.DataFrame) -> pd.DataFrame:
         panel_drift=lambda v: float(v.max() / v.min() - 1.0))
     out = rows.merge(lease.reset_index(), on=["lease_id"] + key).join(ref, on=key)
     out["host_factor"] = out["panel_ms"] / out["panel_median_ms"]
-    for c in ("speedup", "speedup_ci_low", "speedup_ci_high"):
+    for c in ("step_ms", "step_ms_ci_low", "step_ms_ci_high"):
         if c in out:
+            out[c] = out[c] / out["host_factor"]
+    for c in out.columns:
+        if c.startswith("speedup") and pd.api.types.is_numeric_dtype(out[c]):
             out[c] = out[c] * out["host_factor"]
     return out.reset_index(drop=True)
+
+
+def one_host(rows: pd.DataFrame, panel: pd.DataFrame | None, spread: pd.Series | None
+             ) -> pd.DataFrame:
+    """The rows of the :func:`moved_methods` read as on one host (:func:`panel_normalised`):
+    what the K sweep's one-host figure and the answer table's "on one host" rows read. Empty
+    where no method moved or no panel was measured."""
+    moved = moved_methods(spread) if spread is not None else []
+    if panel is None or panel.empty or not moved or rows.empty:
+        return rows.iloc[0:0]
+    return panel_normalised(rows[rows["method"].isin(moved)], panel)
 
 
 def controls(speedup_df: pd.DataFrame, k: int = 4, batches: Sequence[int] = (1, 16),
