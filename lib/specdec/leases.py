@@ -138,18 +138,6 @@ def _leases_of(name: str, runs: pd.DataFrame, entries: list[dict]) -> list[str]:
     return sorted(found, key=lambda lease: (order.get(lease, len(order)), lease))
 
 
-def of_profile(name: str, root: Path | None = None, leases_path: Path | None = None,
-               runs: pd.DataFrame | None = None) -> list[str]:
-    """The leases that measured profile ``name``'s rows (``runs``, if a caller has read them),
-    in time order (rows that carry their lease name it; older rows are found in
-    ``leases.yaml`` by commit and time window)."""
-    if runs is None:
-        if not any(paths.results_dir(name, root).glob("*.runs.parquet")):
-            return []
-        runs = _rows(name, root)
-    return _leases_of(name, runs, load(leases_path))
-
-
 def _one_line(text: str) -> str:
     return re.sub(r"\s+", " ", text or "").strip()
 

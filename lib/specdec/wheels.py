@@ -112,10 +112,6 @@ def requirement_name(req: str) -> str:
     return canonical_name(re.match(r"[A-Za-z0-9_.\-]+", req).group(0))
 
 
-def _wheel_name(path: Path) -> str:
-    return canonical_name(path.name.split("-")[0])
-
-
 def find_wheel(wheel_dir: Path, requirement: str) -> Path | None:
     """The wheel in ``wheel_dir`` for a pinned ``name==version`` requirement, if present."""
     name = requirement_name(requirement)
