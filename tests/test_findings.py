@@ -165,3 +165,13 @@ def test_batch_trend_at_a_set_acceptance():
                            "was lower at the largest batch than at the smallest in every")
     assert "2.40× at batch 1, 1.60× at batch 64" in said
     assert findings.batch_trend_at_set(table, 1.0).startswith("no configuration")  # one batch
+
+
+def test_gpu_campaigns_name_a_superseded_profile_apart_from_the_measured_ones():
+    """h200-surface keeps six cells for the protocol chapter's comparison: it is named as
+    superseded (with its successor), not as a campaign with measured cells, nor as prepared."""
+    text = findings.gpu_campaigns()
+    measured, _, superseded = text.partition("; superseded: ")
+    assert "`h200-surface` (by `h200-surface-v2`)" in superseded
+    assert "`h200-mechanics` (by `h200-surface-v2`)" in superseded
+    assert "`h200-surface` has" not in measured and "`h200-mechanics`" not in measured

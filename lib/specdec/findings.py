@@ -156,15 +156,19 @@ def acceptance_falls_with_k(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> s
 
 
 def gpu_campaigns(root: Path | None = None) -> str:
-    """Which GPU campaigns have rows, and what their acceptance is (reached or not)."""
+    """Which GPU campaigns have rows, and what their acceptance is (reached or not); the
+    superseded ones last, named with their successor."""
     from . import profiles, store
 
     root = Path(root) if root is not None else None
-    parts, missing = [], []
+    parts, missing, superseded = [], [], []
     for name in profiles.list_profiles():
         setting = comparability.profile_setting(name)
         prof = profiles.load_profile(name)
         if setting is None or setting.hardware == "CPU" or prof.reference_only:
+            continue
+        if prof.superseded_by:  # its rows have left but for what a chapter compares
+            superseded.append(f"`{name}` (by `{prof.superseded_by}`)")
             continue
         runs = store.load_runs([name], root=root, only_ok=True)
         if runs.empty:
@@ -180,6 +184,8 @@ def gpu_campaigns(root: Path | None = None) -> str:
     if missing:
         text += "; " + ", ".join(missing) + (" is" if len(missing) == 1 else " are") + \
             " prepared but not measured"
+    if superseded:
+        text += "; superseded: " + ", ".join(superseded)
     return text
 
 
