@@ -574,8 +574,9 @@ def answer(profile: str, published: pd.DataFrame, results_root: Path | None = No
            **table_args) -> pd.DataFrame | None:
     """:func:`answer_table` of a protocol-2 campaign (:func:`users_speedups`, or the ``users``
     a chapter has already computed) at the ``published`` acceptance
-    (:func:`specdec.claims.published.table`): the table the protocol chapter and the
-    conclusions open with; None where the campaign has no rows."""
+    (:func:`specdec.claims.published.table`), with the :func:`one_host` rows of the methods
+    whose panels moved: the table the protocol chapter and the conclusions open with; None
+    where the campaign has no rows."""
     from .profiles import load_profile
 
     users = users if users is not None else users_speedups(profile, results_root, panels, runs,
