@@ -463,25 +463,27 @@ def answer_table(speedup_df: pd.DataFrame, spread: pd.Series, published: pd.Data
     one = one_host_rows if one_host_rows is not None else speedup_df.iloc[0:0]
     rows = []
     for method in sorted(set(speedup_df["method"])):
-        alphas = [(f"set α = {alpha:g}", alpha, speedup_df, spread.get(method, np.nan))]
+        s = spread.get(method, np.nan)
         mine = one[one["method"] == method]
+        # (label, alpha, read on one host): the one-host row reads ``mine`` with no spread
+        alphas = [(f"set α = {alpha:g}", alpha, False)]
         if len(mine):
-            alphas.append((f"set α = {alpha:g}, {ONE_HOST}", alpha, mine, None))
+            alphas.append((f"set α = {alpha:g}, {ONE_HOST}", alpha, True))
         for _, p in published[published["method"] == method].iterrows():
             alphas.append((f"published ({p['dataset']}): α ≈ {p['implied_alpha']:.2f}",
-                           float(p["implied_alpha"]), speedup_df, spread.get(method, np.nan)))
-        for label, a, src, sp in alphas:
+                           float(p["implied_alpha"]), False))
+        for label, a, on_one in alphas:
             row = {"method": method, "acceptance": label}
             for b in batches:
-                r = best_read(src, method, a, b, k, spread=sp)
+                r = (best_read(mine, method, a, b, k) if on_one else
+                     best_read(speedup_df, method, a, b, k, spread=s))
                 row[f"batch {b}"] = (_answer_cell(r) if r is not None else
-                                     "no panel cell at this batch" if src is mine else
+                                     "no panel cell at this batch" if on_one else
                                      "not measured yet")
                 if r is not None:
                     row["runner"] = r["runner"]
-            s = spread.get(method, np.nan)
             row["panel spread"] = (f"within a lease: up to {mine['panel_drift'].max():.0%}"
-                                   if src is mine else
+                                   if on_one else
                                    f"±{s / 2:.1%}" if pd.notna(s) else
                                    "one panel" if method in spread.index else
                                    # a V1 method's step follows its vCPU's speed (lease 10):
@@ -571,12 +573,13 @@ def surface_table(profile: str, results_root: Path | None = None) -> pd.DataFram
 def answer(profile: str, published: pd.DataFrame, results_root: Path | None = None,
            panels: Path | None = None, runs: pd.DataFrame | None = None,
            panel_runs: pd.DataFrame | None = None, users: tuple | None = None,
-           **table_args) -> pd.DataFrame | None:
+           panel: pd.DataFrame | None = None, **table_args) -> pd.DataFrame | None:
     """:func:`answer_table` of a protocol-2 campaign (:func:`users_speedups`, or the ``users``
     a chapter has already computed) at the ``published`` acceptance
     (:func:`specdec.claims.published.table`), with the :func:`one_host` rows of the methods
-    whose panels moved: the table the protocol chapter and the conclusions open with; None
-    where the campaign has no rows."""
+    whose panels moved (read on ``panel``, the :func:`panel_table` a chapter already holds, else
+    on the campaign's stored panels): the table the protocol chapter and the conclusions open
+    with; None where the campaign has no rows."""
     from .profiles import load_profile
 
     users = users if users is not None else users_speedups(profile, results_root, panels, runs,
@@ -586,8 +589,9 @@ def answer(profile: str, published: pd.DataFrame, results_root: Path | None = No
     # vLLM's dynamic K is a way to choose K, not a method of its own (the surface chapter)
     dynamic = set(dynamic_k_methods(load_profile(profile)))
     speedup_df = users[0][~users[0]["method"].isin(dynamic)]
-    panel_runs = load_panels(profile, panels) if panel_runs is None else panel_runs
-    panel = panel_table(cells(panel_runs)) if len(panel_runs) else None
+    if panel is None:
+        panel_runs = load_panels(profile, panels) if panel_runs is None else panel_runs
+        panel = panel_table(cells(panel_runs)) if len(panel_runs) else None
     return answer_table(speedup_df, users[1], published,
                         one_host_rows=one_host(speedup_df, panel, users[1]), **table_args)
 
