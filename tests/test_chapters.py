@@ -230,3 +230,9 @@ def test_draft_cost_table_reads_cost_at_the_articles_rates():
     assert chapters.draft_cost_table(None, ["draft-1b"], 4, {"x": 0.5}).empty
     high = pd.DataFrame([cell(0.5), cell(1.0)])  # no measured α brackets a rate of 5 %
     assert math.isnan(chapters.draft_cost_table(high, ["draft-1b"], 4, {"low": 0.05}).iloc[0]["low"])
+
+
+def test_best_k_phrase_names_the_ties_inside_the_interval():
+    assert chapters.best_k_phrase(2, 1.375, [1]) == "*K* = 2 (1.38×, a tie with *K* = 1)"
+    assert chapters.best_k_phrase(1, 1.04, [2, 3]) == "*K* = 1 (1.04×, a tie with *K* = 2, 3)"
+    assert chapters.best_k_phrase(6, 2.46, []) == "*K* = 6 (2.46×)"

@@ -75,6 +75,14 @@ def best_k_table(summary: pd.DataFrame) -> pd.DataFrame:
     return best[list(BEST_K_COLUMNS)].rename(columns=BEST_K_COLUMNS).reset_index(drop=True)
 
 
+def best_k_phrase(k: int, speedup: float, overlaps: Sequence[int] = ()) -> str:
+    """A best K in a sentence, with the K it ties with inside its interval:
+    ``*K* = 2 (1.38×, a tie with *K* = 1)`` (the K sweep's and the conclusions' one-host
+    readings)."""
+    tie = f", a tie with *K* = {', '.join(map(str, overlaps))}" if len(overlaps) else ""
+    return f"*K* = {k} ({speedup:.2f}×{tie})"
+
+
 def best_k_summary(best_k: pd.DataFrame) -> str:
     """The fastest configuration of :func:`best_k_table` with its interval, in words."""
     if best_k.empty:
