@@ -128,11 +128,20 @@ def _mask(b, s):
     return (i >= (b["plen"][:, None] - 1)) & (i + 1 + s <= b["nlen"][:, None] - 1)
 
 
-def _soft_ce(logits, target_logits, m):
+def _soft_ce(logits, p, m):
+    """Soft cross-entropy of ``logits`` to the target's distribution ``p`` (probabilities,
+    :func:`_probs`), averaged over the positions ``m``."""
     logp = F.log_softmax(logits.float(), -1)
-    p = F.softmax(target_logits.float(), -1)
     per = -(p * logp).sum(-1)
     return (per * m).sum() / m.sum().clamp(min=1)
+
+
+def _probs(target_logits):
+    """The target's next-token distribution, computed once per batch: a head's step s reads it
+    shifted (``_shift(P, 1 + s)``; the filled tail has no probability and lies outside every
+    mask), as ``softmax(_shift(logits, 1 + s))`` would give it, one softmax over the
+    vocabulary instead of one per head or step."""
+    return F.softmax(target_logits.float(), -1)
 
 
 def _agree(pred, target_ids, m):
@@ -179,14 +188,13 @@ class Eagle3(_Kind):
         pos = torch.arange(b["ids"].shape[1], device=self.dev)[None].expand_as(b["ids"])
         outs = self.module.steps(self.module.fc(f["aux"]), embeds, pos, b["mask"], S)
         total, met = 0.0, {}
-        tl = f["logits"][..., self.vocab_ids]
+        p, top = _probs(f["logits"][..., self.vocab_ids]), f["logits"].argmax(-1)
         for s, o in enumerate(outs):
             m = _mask(b, s).float()
             lg = self.module.logits(o)
-            target = _shift(tl, 1 + s)
-            total = total + _soft_ce(lg, target, m) / S
+            total = total + _soft_ce(lg, _shift(p, 1 + s), m) / S
             pred = self.vocab_ids[lg.argmax(-1)]
-            met[f"acc{s + 1}"] = _agree(pred, _shift(f["logits"].argmax(-1), 1 + s), m.bool())
+            met[f"acc{s + 1}"] = _agree(pred, _shift(top, 1 + s), m.bool())
         return total, met
 
 
@@ -202,15 +210,16 @@ class Eagle(_Kind):
         pos = torch.arange(b["ids"].shape[1], device=self.dev)[None].expand_as(b["ids"])
         outs = self.module.steps(f["h"], embeds, pos, b["mask"], S)
         total, met = 0.0, {}
+        p, top = _probs(f["logits"]), f["logits"].argmax(-1)
         for s, o in enumerate(outs):
             m = _mask(b, s).float()
             h_next = _shift(f["h"], 1 + s)
             reg = (F.smooth_l1_loss(o.float(), h_next.float(), reduction="none").mean(-1) * m).sum() \
                 / m.sum().clamp(min=1)
             lg = o @ self.t.lm_head.T
-            cls = _soft_ce(lg, _shift(f["logits"], 1 + s), m)
+            cls = _soft_ce(lg, _shift(p, 1 + s), m)
             total = total + (self.r["reg_weight"] * reg + self.r["cls_weight"] * cls) / S
-            met[f"acc{s + 1}"] = _agree(lg.argmax(-1), _shift(f["logits"].argmax(-1), 1 + s), m.bool())
+            met[f"acc{s + 1}"] = _agree(lg.argmax(-1), _shift(top, 1 + s), m.bool())
         return total, met
 
 
@@ -226,14 +235,13 @@ class Medusa(_Kind):
     def loss(self, b):
         f = self.t.features(b["ids"], b["mask"])
         outs = self.module(f["h"])
-        tl = f["logits"][..., self.vocab_ids]
+        p, top = _probs(f["logits"][..., self.vocab_ids]), f["logits"].argmax(-1)
         total, met = 0.0, {}
         for k, o in enumerate(outs):
             m = _mask(b, k).float()
             lg = o @ self.head_w.T
-            total = total + _soft_ce(lg, _shift(tl, 1 + k), m) / len(outs)
-            met[f"acc{k + 1}"] = _agree(self.vocab_ids[lg.argmax(-1)],
-                                        _shift(f["logits"].argmax(-1), 1 + k), m.bool())
+            total = total + _soft_ce(lg, _shift(p, 1 + k), m) / len(outs)
+            met[f"acc{k + 1}"] = _agree(self.vocab_ids[lg.argmax(-1)], _shift(top, 1 + k), m.bool())
         return total, met
 
 
@@ -260,7 +268,7 @@ class Draft(_Kind):
         f = self.t.features(b["ids"], b["mask"])
         lg = self.module(input_ids=b["ids"], attention_mask=b["mask"]).logits
         m = _mask(b, -1).float()  # every position t >= plen-1 with a next token... and t<=n-1
-        loss = _soft_ce(lg, f["logits"], m)
+        loss = _soft_ce(lg, _probs(f["logits"]), m)
         return loss, {"acc1": _agree(lg.argmax(-1), f["logits"].argmax(-1), m.bool())}
 
 
