@@ -59,6 +59,18 @@ def test_notebook_is_a_chapter(notebook):
     assert 'mode = "replay"' in params[0].source, f"{notebook.name}: default mode must be replay"
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
         f"{notebook.name}: committed notebooks carry no outputs (papermill executes them)"
+    # every cell has an id (nbformat 4.5; a missing one is a warning now, an error in a future
+    # nbformat), and papermill reads every parameter (a line it cannot parse, as a comment with
+    # an apostrophe, is left out of `papermill --help-notebook` and of its parameter checks)
+    assert nb.nbformat_minor >= 5 and all(c.get("id") for c in nb.cells), \
+        f"{notebook.name}: a cell without an id"
+    from papermill.translators import PythonTranslator
+
+    assigned = [ln for ln in params[0].source.splitlines()
+                if re.match(r"^[A-Za-z_]\w*\s*=", ln)]
+    parsed = PythonTranslator.inspect(params[0])
+    assert len(parsed) == len(assigned), \
+        f"{notebook.name}: papermill parses {[q.name for q in parsed]} of {assigned}"
 
 
 def _glued(nb_path, name: str) -> str:
