@@ -20,12 +20,6 @@ def test_expected_tokens_limits_and_closed_form():
         theory.expected_tokens_per_step(0.5, -1)
 
 
-def test_acceptance_rate_from_alpha():
-    # K=2, alpha=0.5: E = 1.75 -> 0.75 accepted per 2 drafted = 0.375
-    assert theory.acceptance_rate_from_alpha(0.5, 2) == pytest.approx(0.375)
-    assert theory.acceptance_rate_from_alpha(1.0, 4) == pytest.approx(1.0)
-
-
 def test_walltime_speedup_facts():
     # Free draft, perfect acceptance: K+1 tokens per step at the cost of one.
     assert theory.walltime_speedup(1.0, 3, 0.0) == 4.0

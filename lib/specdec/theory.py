@@ -80,19 +80,6 @@ def expected_tokens_per_step(alpha, k):
     return _scalar(e)
 
 
-def acceptance_rate_from_alpha(alpha, k):
-    """Expected accepted/draft tokens for per-token acceptance ``alpha``: (E - 1) / k.
-
-    This is what vLLM's acceptance rate measures if acceptance is i.i.d.; it is
-    lower than alpha because tokens after the first rejection are never accepted.
-    A prediction.
-    """
-    kk = _check_k(k)
-    if np.any(kk == 0):
-        raise ValueError("k must be >= 1 for an acceptance rate")
-    return _scalar((np.asarray(expected_tokens_per_step(alpha, k)) - 1) / kk)
-
-
 def walltime_speedup(alpha, k, cost_ratio, verify_intercept: float = 1.0):
     """Predicted walltime speedup S = E(alpha, k) / (cost_ratio*k + verify_intercept).
 
