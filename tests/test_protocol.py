@@ -1,4 +1,5 @@
 """Protocol 2's analysis (issue 19): last attempts, step-cost speedups, panel drift."""
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -510,3 +511,20 @@ def test_probe_across_leases_reads_a_step_that_follows_its_engines_vcpu():
     assert len(fig.axes[0].lines) == 2  # one line per method at batch 1
     assert any("not" in t.get_text() or "no panel" in t.get_text() for t in
                plots_surface.probe_across_leases_chart(pd.DataFrame({"panel_phase": []}), pl.iloc[0:0]).axes[0].texts)
+
+
+def test_host_caveat_names_only_the_moved_methods_a_sentence_reads():
+    spread = pd.Series({"draft-1b": 1.14, "eagle3": 0.11, "baseline": 0.04, "eagle": np.nan})
+    text = protocol.host_caveat(["eagle", "draft-1b", "baseline", "draft-1b"], spread)
+    assert "draft-1b ±57.0%" in text and "its" in text and "eagle3" not in text
+    both = protocol.host_caveat(["eagle3", "draft-1b"], spread)
+    assert "eagle3 ±5.5%, draft-1b ±57.0%" in both and "theirs" in both
+    assert protocol.host_caveat(["eagle", "baseline"], spread) == ""
+    assert protocol.host_caveat(["draft-1b"], None) == ""
+    assert protocol.host_caveat(["draft-1b"], pd.Series(dtype=float)) == ""
+
+
+def test_panel_spread_of_a_profile_without_panels_is_empty(tmp_path):
+    assert protocol.panel_spread("h200-surface-v2", tmp_path).empty
+    stored = protocol.panel_spread("h200-surface-v2")  # the committed panels
+    assert stored["draft-1b"] > protocol.PANEL_WORST >= stored["baseline"]

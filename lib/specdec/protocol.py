@@ -820,6 +820,29 @@ def moved_methods(spread: pd.Series) -> list[str]:
     return sorted(m for m, s in spread.items() if pd.notna(s) and s > PANEL_WORST)
 
 
+def panel_spread(profile: str, panels: Path | None = None) -> pd.Series:
+    """Each method's :func:`method_spread` over every control panel of ``profile`` (empty
+    where none is stored): what a chapter needs to say how far a method moves between leases."""
+    runs = load_panels(profile, panels)
+    return method_spread(panel_table(cells(runs))) if len(runs) else pd.Series(dtype=float)
+
+
+def host_caveat(methods: Sequence[str], spread: pd.Series | None) -> str:
+    """The sentence a chapter adds where it reads ``methods`` from rows of several leases: each
+    of them whose control-panel cells moved beyond :data:`PANEL_WORST` (:func:`moved_methods`)
+    with its spread (± half the largest move, as the answer table gives it); "" where none
+    did. A verdict of such a method nearer no speculation than its spread is not a finding."""
+    if spread is None or not len(spread):
+        return ""
+    moved = [m for m in dict.fromkeys(methods) if m in set(moved_methods(spread))]
+    if not moved:
+        return ""
+    each = ", ".join(f"{m} ±{spread[m] / 2:.1%}" for m in moved)
+    return (f"Between leases the control panel moved {each} (the protocol chapter says why): a "
+            f"figure of {'theirs' if len(moved) > 1 else 'its'} nearer no speculation than that, "
+            f"or a verdict resting on one, is not a finding.")
+
+
 def panel_normalised(rows: pd.DataFrame, panel: pd.DataFrame) -> pd.DataFrame:
     """Cells of several leases read as on one host: each cell of a method in the control panel,
     at a batch size the panel measures, with its step time (and interval) over the host factor
