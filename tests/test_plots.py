@@ -168,6 +168,21 @@ def test_verdict_counts_without_claims_says_no_data(empty, tmp_path):
     assert rendered(fig, tmp_path, "verdicts-empty")
 
 
+def test_a_methods_spread_between_panels_is_drawn_beside_its_interval(speedups):
+    """The methods whose control panel moved between leases carry that spread in the figures
+    (issue 19): a band around the line, a pale bar beside the interval; the others nothing."""
+    d = speedups[(speedups["workload"] == "chat") & speedups["num_speculative_tokens"].isin([0, 3])]
+    plain = plots.speedup_vs_batch(d)
+    shaded = plots.speedup_vs_batch(d, spread={"ngram": 0.5, "absent": 1.0})
+    assert len(shaded.axes[0].collections) > len(plain.axes[0].collections)
+    assert any(t.startswith("ngram: spread between control panels (±25%)") for t in texts(shaded))
+    assert not any("draft-self: spread" in t for t in texts(shaded))
+    one = d[d["batch_size"] == 1]
+    bars = plots.method_comparison(one, spread={"draft-self": 0.2})
+    assert any(t.startswith("draft-self: spread between control panels (±10%)") for t in texts(bars))
+    assert not any("spread" in t for t in texts(plots.method_comparison(one)))
+
+
 def test_palette_is_consistent_and_distinct():
     a = plots.method_palette(["ngram", "eagle-llama", "baseline"])
     b = plots.method_palette(["eagle-llama", "suffix"])

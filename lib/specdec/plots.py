@@ -310,8 +310,14 @@ def _batch_axis(ax, values) -> None:
     ax.minorticks_off()
 
 
-def speedup_vs_batch(df: pd.DataFrame, title: str = "Speedup vs batch size") -> Figure:
-    """Speedup (with CI) against batch size (log2 axis), one line per method. with_speedup rows."""
+SPREAD_LABEL = "spread between control panels"
+
+
+def speedup_vs_batch(df: pd.DataFrame, title: str = "Speedup vs batch size",
+                     spread: Mapping[str, float] | None = None) -> Figure:
+    """Speedup (with CI) against batch size (log2 axis), one line per method. with_speedup rows.
+    ``spread`` (a method's largest move between control panels, :func:`protocol.method_spread`,
+    given for the methods whose figures move with the host) shades its line by ± half of it."""
     fig, ax = _figure(title, df if df is not None else pd.DataFrame(), BATCH_LABEL, SPEEDUP_LABEL)
     need = ["method", "batch_size", "speedup"]
     if _is_empty(df, need) or _is_empty(_speculative(df), need):
@@ -319,9 +325,26 @@ def speedup_vs_batch(df: pd.DataFrame, title: str = "Speedup vs batch size") -> 
         return fig
     d = _speculative(df)
     _baseline_line(ax)
+    colours = method_palette(d["method"])
+    for m, g in d.dropna(subset=["speedup"]).groupby("method"):
+        s = (spread or {}).get(m)
+        if s is not None and pd.notna(s) and s > 0:
+            g = g.sort_values("batch_size")
+            ax.fill_between(g["batch_size"], g["speedup"] * (1 - s / 2), g["speedup"] * (1 + s / 2),
+                            color=colours[m], alpha=0.15, linewidth=0,
+                            label=f"{m}: {SPREAD_LABEL} (±{s / 2:.0%})")
     _lines(ax, d, "batch_size", "speedup", "speedup_ci_low", "speedup_ci_high")
     _batch_axis(ax, d["batch_size"])
+    if spread:
+        _legend_beside(fig, ax)
     return fig
+
+
+def _legend_beside(fig, ax) -> None:
+    """The legend right of the axes, the figure widened for it: with the spread entries it is
+    too tall to sit inside without hiding data."""
+    fig.set_size_inches(9.5, 4.8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
 
 
 def throughput_vs_batch(df: pd.DataFrame, title: str = "Throughput vs batch size") -> Figure:
@@ -338,8 +361,11 @@ def throughput_vs_batch(df: pd.DataFrame, title: str = "Throughput vs batch size
     return fig
 
 
-def method_comparison(df: pd.DataFrame, title: str = "Methods compared") -> Figure:
-    """Bars of speedup (with CI) per method, grouped by workload (and other varying columns).
+def method_comparison(df: pd.DataFrame, title: str = "Methods compared",
+                      spread: Mapping[str, float] | None = None) -> Figure:
+    """Bars of speedup (with CI) per method, grouped by workload (and other varying columns);
+    ``spread`` (as :func:`speedup_vs_batch` takes it) adds a wide, pale bar of ± half of it
+    beside a method's interval.
 
     Input: with_speedup rows; one bar per method and group.
     """
@@ -368,13 +394,18 @@ def method_comparison(df: pd.DataFrame, title: str = "Methods compared") -> Figu
         ax.errorbar(xs, g["speedup"], yerr=_errors(g, "speedup", "speedup_ci_low",
                                                    "speedup_ci_high"),
                     fmt="none", ecolor="0.2", capsize=3)
+        sp = (spread or {}).get(m)
+        if sp is not None and pd.notna(sp) and sp > 0:  # the host's part, beside the interval
+            ax.errorbar(xs + width * 0.2, g["speedup"], yerr=g["speedup"].to_numpy() * sp / 2,
+                        fmt="none", ecolor=colours[m], elinewidth=3, alpha=0.45, capsize=0,
+                        label=f"{m}: {SPREAD_LABEL} (±{sp / 2:.0%})")
         _mark_unstable(ax, g.assign(_x=xs), "_x", "speedup", 1.0, state)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([_label(str(g[0]), group_cols[1:], g[1:]).replace("(", "\n(")
                         for g in groups])
     ax.set_xlabel(" / ".join(group_cols).replace("num_speculative_tokens", "K"))
     _baseline_line(ax)
-    ax.legend(loc="best")
+    _legend_beside(fig, ax) if spread else ax.legend(loc="best")
     return fig
 
 
