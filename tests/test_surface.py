@@ -128,6 +128,11 @@ def test_surface_figures_draw_and_say_no_data(h200):
         assert len(fig.axes) == 4  # one panel per batch size
         empty = draw(None)
         assert any("no data" in t.get_text() for ax in empty.axes for t in ax.texts)
+    # a method whose control panel moved: its lines shaded by that spread, in every panel
+    m = sorted(set(k4["method"]) - {"baseline"})[0]
+    plain, shaded = (plots_surface.speedup_vs_alpha(k4, spread=s) for s in (None, {m: 0.4}))
+    assert all(len(b.collections) > len(a.collections) for a, b in zip(plain.axes, shaded.axes))
+    assert f"{m}: spread between control panels (±20%)" in [t.get_text() for t in shaded.legends[0].texts]
 
 
 def test_best_k_ties_within_the_interval_or_the_spread_of_another_lease():

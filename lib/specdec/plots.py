@@ -325,19 +325,25 @@ def speedup_vs_batch(df: pd.DataFrame, title: str = "Speedup vs batch size",
         return fig
     d = _speculative(df)
     _baseline_line(ax)
-    colours = method_palette(d["method"])
-    for m, g in d.dropna(subset=["speedup"]).groupby("method"):
-        s = (spread or {}).get(m)
-        if s is not None and pd.notna(s) and s > 0:
-            g = g.sort_values("batch_size")
-            ax.fill_between(g["batch_size"], g["speedup"] * (1 - s / 2), g["speedup"] * (1 + s / 2),
-                            color=colours[m], alpha=0.15, linewidth=0,
-                            label=f"{m}: {SPREAD_LABEL} (±{s / 2:.0%})")
+    _spread_bands(ax, d, "batch_size", spread)
     _lines(ax, d, "batch_size", "speedup", "speedup_ci_low", "speedup_ci_high")
     _batch_axis(ax, d["batch_size"])
     if spread:
         _legend_beside(fig, ax)
     return fig
+
+
+def _spread_bands(ax, df: pd.DataFrame, x: str, spread: Mapping[str, float] | None) -> None:
+    """Each method of ``spread`` (its largest move between control panels) shaded ± half of it
+    around its speedup line against ``x``."""
+    colours = method_palette(df["method"])
+    for m, g in df.dropna(subset=["speedup"]).groupby("method"):
+        s = (spread or {}).get(m)
+        if s is not None and pd.notna(s) and s > 0:
+            g = g.sort_values(x)
+            ax.fill_between(g[x], g["speedup"] * (1 - s / 2), g["speedup"] * (1 + s / 2),
+                            color=colours[m], alpha=0.15, linewidth=0,
+                            label=f"{m}: {SPREAD_LABEL} (±{s / 2:.0%})")
 
 
 def _legend_beside(fig, ax) -> None:

@@ -7,6 +7,8 @@ cell whose realised acceptance missed the set one (``acceptance_follows_set`` Fa
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -42,7 +44,7 @@ def _legend(fig: Figure, axes) -> None:
     for ax in axes:
         for h, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, h)
-    fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize="x-small")
+    fig.legend(list(seen.values()), list(seen), loc="outside right center", fontsize="x-small")
 
 
 def _missed(ax, g: pd.DataFrame, y: str, state: dict) -> None:
@@ -56,8 +58,10 @@ def _missed(ax, g: pd.DataFrame, y: str, state: dict) -> None:
 
 
 def speedup_vs_alpha(df: pd.DataFrame | None,
-                     title: str = "Speedup against set acceptance") -> Figure:
-    """Measured speedup (with CI) against set alpha, a panel per batch size.
+                     title: str = "Speedup against set acceptance",
+                     spread: Mapping[str, float] | None = None) -> Figure:
+    """Measured speedup (with CI) against set alpha, a panel per batch size; ``spread`` (as
+    :func:`plots.speedup_vs_batch` takes it) shades a method's line by ± half of it.
 
     Input: :func:`surface.table` rows (speculative cells with ``acceptance_alpha``).
     """
@@ -71,6 +75,7 @@ def speedup_vs_alpha(df: pd.DataFrame | None,
     for ax, b in zip(axes, batches):
         g = d[d["batch_size"] == b]
         plots._baseline_line(ax)
+        plots._spread_bands(ax, g, "acceptance_alpha", spread)
         plots._lines(ax, g.drop(columns=["batch_size"]), "acceptance_alpha", "speedup",
                      "speedup_ci_low", "speedup_ci_high")
         _missed(ax, g, "speedup", state)
