@@ -164,6 +164,8 @@ def test_batch_trend_at_a_set_acceptance():
     assert said.startswith("with the acceptance set at α = 0.8 at every batch size, the speedup "
                            "was lower at the largest batch than at the smallest in every")
     assert "2.40× at batch 1, 1.60× at batch 64" in said
+    short = findings.batch_trend_at_set(table, 0.8, detail=False)
+    assert said.startswith(short) and "batch 64" not in short
     assert findings.batch_trend_at_set(table, 1.0).startswith("no configuration")  # one batch
 
 

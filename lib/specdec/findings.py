@@ -225,10 +225,10 @@ def batch_trend(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
     return f"in our rows the speedup was {_trend_verdict(lower, total)} ({'; '.join(parts)})"
 
 
-def batch_trend_at_set(table: pd.DataFrame | None, alpha: float) -> str:
+def batch_trend_at_set(table: pd.DataFrame | None, alpha: float, detail: bool = True) -> str:
     """The same, for cells whose acceptance was set at ``alpha`` at every batch size (vLLM's
     synthetic sampler; ``table`` with a speedup per cell, e.g. read from cost): the batch's
-    effect on the cost alone."""
+    effect on the cost alone; without ``detail``, the verdict without each configuration's ends."""
     none = (f"no configuration at a set acceptance of {alpha:g} is measured at several batch "
             f"sizes yet")
     if table is None or table.empty or "acceptance_alpha" not in table:
@@ -239,7 +239,7 @@ def batch_trend_at_set(table: pd.DataFrame | None, alpha: float) -> str:
     if total == 0:
         return none
     return (f"with the acceptance set at α = {alpha:g} at every batch size, the speedup was "
-            f"{_trend_verdict(lower, total)} ({'; '.join(parts)})")
+            f"{_trend_verdict(lower, total)}" + (f" ({'; '.join(parts)})" if detail else ""))
 
 
 def sanity_bound_sentence(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
