@@ -261,3 +261,29 @@ def test_k_sweep_figure_draws_retrained_weights_dashed(summary):
     assert [ax.get_title() for ax in fig.axes] == ["humaneval", "mtbench"]
     empty = plots_trained.acceptance_vs_k_by_weights(rows.iloc[0:0], "h200-trained", "h200-retrained")
     assert empty.axes  # an empty figure that says so, not an error
+
+
+def test_training_logs_say_whether_a_run_was_still_learning(tmp_path):
+    """The training log of a recorded run: its training-batch agreement over the last two
+    fifths of its steps, its held-out agreement at the end, what stopped it; and the figure."""
+    from specdec import plots_trained
+
+    d = tmp_path / "smollm2-eagle3"
+    d.mkdir()
+    lines = ([{"event": "eval", "step": 0, "acc1": 0.0, "loss": 9.0}]
+             + [{"event": "train", "step": s, "acc1": s / 200, "loss": 1.0} for s in range(10, 101, 10)]
+             + [{"event": "eval", "step": 100, "acc1": 0.3, "loss": 3.0},
+                {"event": "end", "steps": 100, "stopped_by": "time_budget"}])
+    (d / "train_log.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    logs = acceptance.training_logs(tmp_path)
+    assert set(logs["event"]) == {"train", "eval"} and set(logs["stopped_by"]) == {"time_budget"}
+    said = acceptance.training_sentence(logs)
+    # steps 70-80 (0.375 mean) then 90-100 (0.475); held out 0.30 at step 100
+    assert said == ("smollm2-eagle3: 0.38, then 0.47 on its training batches (the last two fifths "
+                    "of its 100 steps), 0.30 held out at the end, stopped by time budget")
+    assert acceptance.training_sentence(acceptance.training_logs(tmp_path / "none")) == \
+        "no training log is recorded"
+    fig = plots_trained.training_curves(logs)
+    assert "smollm2-eagle3 (held out)" in [t.get_text() for t in fig.axes[0].get_legend().texts]
+    committed = acceptance.training_logs()  # the recorded lease-4 trainings
+    assert set(committed["artifact"]) >= {"smollm2-eagle3", "smollm2-medusa"}

@@ -66,6 +66,48 @@ def artifact_table(root: Path | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def training_logs(root: Path | None = None) -> pd.DataFrame:
+    """Every recorded training's log (``train_log.jsonl`` beside its record): one row per
+    logged training step (agreement at position 1 on that step's batch, loss) and per held-out
+    evaluation (``event`` ``eval``), with the run's stop reason."""
+    import json
+
+    from .training import artifacts
+    from .training.recipes import RECIPES
+
+    rows = []
+    for name in RECIPES:
+        f = Path(root or artifacts.records_root()) / name / "train_log.jsonl"
+        if not f.is_file():
+            continue
+        lines = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
+        stop = next((ln.get("stopped_by") for ln in lines if ln.get("event") == "end"), None)
+        rows += [{"artifact": name, "event": ln["event"], "step": ln["step"], "acc1": ln.get("acc1"),
+                  "loss": ln.get("loss"), "stopped_by": stop}
+                 for ln in lines if ln.get("event") in ("train", "eval")]
+    return pd.DataFrame(rows, columns=["artifact", "event", "step", "acc1", "loss", "stopped_by"])
+
+
+def training_sentence(logs: pd.DataFrame, share: float = 0.2) -> str:
+    """Per artifact: its training agreement at position 1 (mean over the logged batches of the
+    last ``share`` of its steps, and of the ``share`` before), its held-out agreement at the
+    last step, and what stopped it: whether the run was still learning when it stopped."""
+    parts = []
+    for name, g in logs.groupby("artifact", sort=False):
+        tr, ev = g[g["event"] == "train"].dropna(subset=["acc1"]), g[g["event"] == "eval"]
+        if tr.empty or ev.empty:
+            continue
+        last = int(g["step"].max())
+        late = tr[tr["step"] > (1 - share) * last]["acc1"].mean()
+        before = tr[(tr["step"] > (1 - 2 * share) * last) & (tr["step"] <= (1 - share) * last)]["acc1"].mean()
+        held = float(ev.loc[ev["step"].idxmax(), "acc1"])
+        stop = str(g["stopped_by"].iloc[0] or "not recorded").replace("_", " ")
+        parts.append(f"{name}: {before:.2f}, then {late:.2f} on its training batches (the last "
+                     f"two fifths of its {last} steps), {held:.2f} held out at the end, stopped "
+                     f"by {stop}")
+    return "; ".join(parts) or "no training log is recorded"
+
+
 def speculative(summary: pd.DataFrame, profiles=tuple(SETTING)) -> pd.DataFrame:
     """The speculative cells of ``profiles`` (every trained profile) that measured an acceptance."""
     s = summary[summary["profile"].isin(list(profiles)) & (summary["method"] != "baseline")

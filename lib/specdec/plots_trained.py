@@ -98,3 +98,27 @@ def acceptance_vs_k_by_weights(df: pd.DataFrame, recorded: str, retrained: str,
     axes[0].set_ylabel("acceptance rate (accepted / draft tokens, %)")
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return fig
+
+
+def training_curves(logs: pd.DataFrame,
+                    title: str = "Agreement with the target during training") -> Figure:
+    """Agreement at position 1 against the training step, one line per artifact: on each
+    logged training batch (thin), its rolling mean over five logs (thick), and the held-out
+    evaluations (markers). Input: :func:`specdec.acceptance.training_logs`."""
+    fig, ax = _figure(title, pd.DataFrame(), "training step",
+                      "agreement at position 1 (share of positions)")
+    if logs is None or logs.empty:
+        _no_data(ax)
+        return fig
+    colours = method_palette(sorted(logs["artifact"].unique()))
+    for name, g in logs.groupby("artifact"):
+        tr = g[g["event"] == "train"].dropna(subset=["acc1"]).sort_values("step")
+        ev = g[g["event"] == "eval"].sort_values("step")
+        ax.plot(tr["step"], tr["acc1"], color=colours[name], linewidth=0.6, alpha=0.4)
+        ax.plot(tr["step"], tr["acc1"].rolling(5, min_periods=1).mean(), color=colours[name],
+                linewidth=2, label=f"{name} (training batches)")
+        ax.plot(ev["step"], ev["acc1"], color=colours[name], marker="D", linestyle="none",
+                markersize=7, markeredgecolor="0.2", label=f"{name} (held out)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="x-small")
+    fig.set_size_inches(9.5, 4.6)
+    return fig
