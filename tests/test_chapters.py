@@ -150,6 +150,9 @@ def test_measured_break_even_of_a_protocol_2_campaign_reads_cost():
     # the sentence orders the methods from the least demanding
     easiest = table.min(axis=1).idxmin()
     assert sentence.startswith(f"From the least demanding method to the most: {easiest} α ≈ ")
+    # the 1B draft's step moved between control panels: its break-even moves with it
+    caveat = sentence[sentence.index(" Between leases"):].strip()
+    assert caveat.endswith("is not a finding.") and "draft-1b ±" in caveat
     assert chapters.measured_break_even("h200-surface-v2", 4, results_root=Path("/nonexistent"))[0] \
         == "No rows of `h200-surface-v2` are stored yet."
 

@@ -352,6 +352,11 @@ def measured_break_even(profile: str = "h200-surface-v2", k: int = 4,
                                                           else "")
                             for m, r in by_method.iterrows())
                 + " (over the batch sizes measured; measured cost at a set acceptance).")
+    if measure_version(load_profile(profile)) >= 2:  # a method whose step moves with the host
+        from . import protocol
+
+        caveat = protocol.host_caveat(list(by_method.index), protocol.panel_spread(profile))
+        sentence += f" {caveat}" if caveat else ""
     pivot = be.pivot_table(index="method", columns="batch_size", values="break_even_alpha")
     pivot.columns = [f"batch {int(b)}" for b in pivot.columns]
     return sentence, pivot
