@@ -287,3 +287,10 @@ def test_training_logs_say_whether_a_run_was_still_learning(tmp_path):
     assert "smollm2-eagle3 (held out)" in [t.get_text() for t in fig.axes[0].get_legend().texts]
     committed = acceptance.training_logs()  # the recorded lease-4 trainings
     assert set(committed["artifact"]) >= {"smollm2-eagle3", "smollm2-medusa"}
+
+
+def test_stopped_sentence_counts_why_the_recorded_trainings_stopped():
+    arts = pd.DataFrame({"stopped by": ["time_budget", "plateau", "time_budget", None]})
+    assert acceptance.stopped_sentence(arts) == ("2 of 4 by time budget; 1 of 4 by plateau; "
+                                                 "1 of 4 by not recorded")
+    assert acceptance.stopped_sentence(pd.DataFrame()) == "no training recorded"

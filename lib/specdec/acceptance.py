@@ -66,6 +66,15 @@ def artifact_table(root: Path | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def stopped_sentence(arts: pd.DataFrame) -> str:
+    """Why the recorded trainings stopped (:func:`artifact_table`'s ``stopped by``): a time
+    budget measures that budget, a plateau the method (issue 21)."""
+    if arts.empty:
+        return "no training recorded"
+    stops = arts["stopped by"].fillna("not recorded").value_counts()
+    return "; ".join(f"{n} of {len(arts)} by {why.replace('_', ' ')}" for why, n in stops.items())
+
+
 def training_logs(root: Path | None = None) -> pd.DataFrame:
     """Every recorded training's log (``train_log.jsonl`` beside its record): one row per
     logged training step (agreement at position 1 on that step's batch, loss) and per held-out
