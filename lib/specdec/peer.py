@@ -243,7 +243,7 @@ def comparison_sentence(cmp: pd.DataFrame) -> str:
     if done.empty:
         return "not measured yet (`specdec status` lists the peer runs still pending)"
     parts = [f"{_cell_name(r)}: the harness {r['harness_tok_s']:.0f} tok/s, `bench latency` "
-             f"{r['peer_tok_s']:.0f} tok/s ({100 * (r['harness_over_peer'] - 1):+.0f} %; the "
+             f"{r['peer_tok_s']:.0f} tok/s ({round(100 * (r['harness_over_peer'] - 1), 1) + 0.0:+.1f} %; the "
              f"peer's slowest call took {r['peer_slowest_over_fastest']:.2f}× its fastest)"
              for _, r in done.iterrows()]
     return "; ".join(parts)
