@@ -528,3 +528,6 @@ def test_panel_spread_of_a_profile_without_panels_is_empty(tmp_path):
     assert protocol.panel_spread("h200-surface-v2", tmp_path).empty
     stored = protocol.panel_spread("h200-surface-v2")  # the committed panels
     assert stored["draft-1b"] > protocol.PANEL_WORST >= stored["baseline"]
+    assert set(protocol.moved_spread(stored)) == set(protocol.moved_methods(stored)) \
+        and "baseline" not in protocol.moved_spread(stored) and protocol.moved_spread(None) == {}
+    assert protocol.stored_panel("h200-surface-v2", tmp_path) is None

@@ -393,6 +393,15 @@ def surface_sentence(est: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def surface_caveat(est: pd.DataFrame, surface_profile: str) -> str:
+    """The host spread of the surface methods an :func:`on_the_surface` reading used
+    (:func:`specdec.protocol.host_caveat`); "" where none moved."""
+    from . import protocol
+
+    used = list(est.dropna(subset=["speedup"])["surface method"]) if len(est) else []
+    return protocol.host_caveat(used, protocol.panel_spread(surface_profile))
+
+
 def data_sentence(root: Path | None = None) -> str:
     """What the artifacts were trained on, from the committed data record."""
     import json

@@ -411,7 +411,10 @@ def method_comparison(df: pd.DataFrame, title: str = "Methods compared",
                         for g in groups])
     ax.set_xlabel(" / ".join(group_cols).replace("num_speculative_tokens", "K"))
     _baseline_line(ax)
-    _legend_beside(fig, ax) if spread else ax.legend(loc="best")
+    if spread:
+        _legend_beside(fig, ax)
+    else:
+        ax.legend(loc="best")
     return fig
 
 

@@ -589,9 +589,7 @@ def answer(profile: str, published: pd.DataFrame, results_root: Path | None = No
     # vLLM's dynamic K is a way to choose K, not a method of its own (the surface chapter)
     dynamic = set(dynamic_k_methods(load_profile(profile)))
     speedup_df = users[0][~users[0]["method"].isin(dynamic)]
-    if panel is None:
-        panel_runs = load_panels(profile, panels) if panel_runs is None else panel_runs
-        panel = panel_table(cells(panel_runs)) if len(panel_runs) else None
+    panel = panel if panel is not None else stored_panel(profile, panels, panel_runs)
     return answer_table(speedup_df, users[1], published,
                         one_host_rows=one_host(speedup_df, panel, users[1]), **table_args)
 
@@ -820,11 +818,25 @@ def moved_methods(spread: pd.Series) -> list[str]:
     return sorted(m for m, s in spread.items() if pd.notna(s) and s > PANEL_WORST)
 
 
+def stored_panel(profile: str, panels: Path | None = None,
+                 panel_runs: pd.DataFrame | None = None) -> pd.DataFrame | None:
+    """:func:`panel_table` of every stored control panel of ``profile`` (or of the
+    ``panel_runs`` a chapter has already read); None where there is none."""
+    runs = load_panels(profile, panels) if panel_runs is None else panel_runs
+    return panel_table(cells(runs)) if len(runs) else None
+
+
 def panel_spread(profile: str, panels: Path | None = None) -> pd.Series:
     """Each method's :func:`method_spread` over every control panel of ``profile`` (empty
     where none is stored): what a chapter needs to say how far a method moves between leases."""
-    runs = load_panels(profile, panels)
-    return method_spread(panel_table(cells(runs))) if len(runs) else pd.Series(dtype=float)
+    table = stored_panel(profile, panels)
+    return method_spread(table) if table is not None else pd.Series(dtype=float)
+
+
+def moved_spread(spread: pd.Series | None) -> dict[str, float]:
+    """The spread of each of the :func:`moved_methods` only: what a figure shades and a
+    sentence names (:func:`host_caveat`)."""
+    return {m: float(spread[m]) for m in moved_methods(spread)} if spread is not None else {}
 
 
 def host_caveat(methods: Sequence[str], spread: pd.Series | None) -> str:
@@ -832,12 +844,11 @@ def host_caveat(methods: Sequence[str], spread: pd.Series | None) -> str:
     of them whose control-panel cells moved beyond :data:`PANEL_WORST` (:func:`moved_methods`)
     with its spread (± half the largest move, as the answer table gives it); "" where none
     did. A verdict of such a method nearer no speculation than its spread is not a finding."""
-    if spread is None or not len(spread):
-        return ""
-    moved = [m for m in dict.fromkeys(methods) if m in set(moved_methods(spread))]
+    every = moved_spread(spread)
+    moved = [m for m in dict.fromkeys(methods) if m in every]
     if not moved:
         return ""
-    each = ", ".join(f"{m} ±{spread[m] / 2:.1%}" for m in moved)
+    each = ", ".join(f"{m} ±{every[m] / 2:.1%}" for m in moved)
     return (f"Between leases the control panel moved {each} (the protocol chapter says why): a "
             f"figure of {'theirs' if len(moved) > 1 else 'its'} nearer no speculation than that, "
             f"or a verdict resting on one, is not a finding.")
