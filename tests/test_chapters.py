@@ -210,7 +210,50 @@ def test_dynamic_k_sentence_from_the_committed_rows_and_without_rows(tmp_path):
         assert re.search(rf"median {dyn['dynamic_over_fixed'].median():.2f}×", sentence)
     else:  # the campaign's dynamic-K experiments are pending
         assert sentence.endswith("beside fixed K yet.")
+    # lease 20: the schedule on EAGLE-3's default runner failed at engine start; said first
+    assert sentence.startswith("in vLLM 0.26.0, `eagle3-dynk` did not start (`ZeroDivisionError")
     assert "not been measured" in chapters.dynamic_k_sentence("h200-surface-v2", tmp_path)
+
+
+def test_failures_name_the_root_cause_from_the_stored_error_tail():
+    # lease 20: EAGLE-3 with a dynamic-K schedule on V2 (vLLM 0.26) failed at engine start
+    failed = chapters.failures("h200-surface-v2", ["eagle3-dynk"])
+    assert len(failed) == 4 and failed["at_start"].all()
+    assert set(failed["exception"]) == {"ZeroDivisionError: integer division or modulo by zero"}
+    assert failed["where"].str.contains("`_init_candidates` (`vllm/v1/worker/gpu/cudagraph_utils.py`)",
+                                        regex=False).all()
+    sentence = chapters.failure_sentence(failed, "it", "See upstream.")
+    assert "4 cell(s) of it failed at engine start (lease 2026-12-05-h200-20)" in sentence
+    assert sentence.startswith("In vLLM 0.26.0,") and sentence.endswith("See upstream.")
+    assert chapters.failures("h200-surface-v2", ["eagle3"]).empty
+    assert "no failed cell" in chapters.failure_sentence(failed.iloc[0:0], "it")
+
+
+def test_failures_of_a_cell_that_failed_while_running(tmp_path):
+    from specdec import runner
+
+    err = ("Traceback (most recent call last):\n"
+           '  File "/x/site/vllm/v1/worker/gpu_model_runner.py", line 9, in execute_model\n'
+           '  File "/x/site/vllm/v1/attention/backend.py", line 3, in forward\n'
+           "torch.OutOfMemoryError: CUDA out of memory\n"
+           "RuntimeError: engine subprocess exited with code 1")
+    ident = {"profile": "p", "cell_id": "m-k4-b1-x", "config_hash": "h", "method": "m",
+             "batch_size": 1, "acceptance_alpha": 0.8}
+    prov = {"vllm_version": "0.26.0"}
+    row = runner.failed_row(ident, err, prov, "lease-y")
+    d = pd.DataFrame([row])
+    assert d["lease_id"].iloc[0] == "lease-y" and d["status"].iloc[0] == "failed"
+    exc = chapters._EXCEPTION.search(err)
+    assert exc.group(1) == "torch.OutOfMemoryError"  # the first exception line: the root cause
+    frames = chapters._VLLM_FRAME.findall(err[:exc.start()])
+    assert frames[-1] == ("vllm/v1/attention/backend.py", "forward")
+
+
+def test_runner_note_only_where_the_runners_differ():
+    both = pd.DataFrame({"runner": ["V1", "V1"], "fixed_runner": ["V2", "V2"]})
+    assert chapters.runner_note(both) == "; the schedule on V1, fixed K on V2"
+    assert chapters.runner_note(both.assign(fixed_runner="V1")) == ""
+    assert chapters.runner_note(both.drop(columns="fixed_runner")) == ""
 
 
 def test_draft_cost_table_reads_cost_at_the_articles_rates():

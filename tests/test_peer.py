@@ -94,3 +94,22 @@ def test_a_peer_file_of_another_profile_is_refused(tmp_path):
     (src / "a.peer.json").write_text(json.dumps(_record(profile="cpu-smollm2")))
     with pytest.raises(peer.PeerError, match="cpu-smollm2"):
         peer.merge(src, "h200-surface", tmp_path / "results")
+
+
+def test_lease_drift_names_the_panels_move_between_the_two_leases():
+    cmp = pd.DataFrame({"method": ["eagle3", "baseline"], "num_speculative_tokens": [4, 0],
+                        "acceptance_alpha": [0.8, None], "batch_size": [16, 1],
+                        "harness_tok_s": [6404.0, 201.0], "peer_tok_s": [6135.0, 201.0],
+                        "harness_lease": ["L19", "L19"], "peer_lease": ["L20", "L19"]})
+    panel = pd.DataFrame({"lease_id": ["L19", "L20", "L19", "L20"],
+                          "panel_phase": ["start", "start", "end", "end"],
+                          "method": ["eagle3"] * 4, "batch_size": [16] * 4,
+                          "step_ms": [8.40, 8.61, 8.73, 8.59]})
+    text = peer.lease_drift(cmp, panel)
+    assert "eagle3 (K = 4, α = 0.8) at batch 16 (+2.5 % at the start and -1.6 % at the end)" in text
+    assert "baseline" not in text  # the same lease: nothing to say
+    assert "no panel cell" in peer.lease_drift(cmp, None)
+    assert "same lease" in peer.lease_drift(cmp.assign(peer_lease="L19"), panel)
+    full = cmp.assign(harness_over_peer=cmp["harness_tok_s"] / cmp["peer_tok_s"],
+                      peer_slowest_over_fastest=1.0)
+    assert "the harness in lease `L19`, the peer in `L20`" in peer.comparison_sentence(full)

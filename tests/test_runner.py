@@ -158,6 +158,7 @@ def test_full_run_stores_every_cell_with_provenance(setup, injected_provenance):
 
 def test_crash_fails_only_the_unfinished_cells_and_resume_retries_them(setup, monkeypatch):
     monkeypatch.setenv("FAKE_CRASH_BATCH", "2")
+    monkeypatch.setenv("SPECDEC_LEASE", "lease-x")
     res = _run(setup)
     # batch 2 crashes the engine; each group runs b1 first, so b1 cells are stored ok.
     assert sorted(res["failed"]) == sorted(c for c in res["failed"] if "-b2-" in c)
@@ -166,6 +167,7 @@ def test_crash_fails_only_the_unfinished_cells_and_resume_retries_them(setup, mo
     failed = runs[runs.status == "failed"]
     assert len(failed) == 2 and failed["error"].str.contains("exited with code 3").all()
     store.check_provenance(failed)
+    assert set(failed["lease_id"]) == {"lease-x"}  # a failed cell says which lease tried it
     monkeypatch.delenv("FAKE_CRASH_BATCH")
     res2 = _run(setup)
     assert sorted(res2["ok"]) == sorted(res["failed"]) and len(res2["skipped"]) == 3

@@ -218,8 +218,10 @@ def test_harness_beside_the_peer_on_the_committed_runs(h200):
     runs = peer.load("h200-surface-v2")
     if runs.empty:
         pytest.skip("no peer runs in this checkout (h200-surface-v2's peer-check is pending)")
-    cmp = peer.compare(runs, h200)
+    cmp = peer.compare(runs, h200, store.load_runs("h200-surface-v2"))
     assert len(cmp) == len(runs) and cmp["harness_tok_s"].notna().all()
+    # every peer run and harness cell says which lease measured it (lease 19 on)
+    assert cmp["harness_lease"].notna().all() and cmp["peer_lease"].notna().all()
     base = cmp[cmp["method"] == "baseline"]
     assert ((base["harness_over_peer"] - 1).abs() < 0.10).all()
     assert (cmp["peer_slowest_over_fastest"] >= 1).all()

@@ -16,6 +16,7 @@ Column names with spaces are the page's labels; everything else is snake_case.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -365,19 +366,83 @@ def measured_break_even(profile: str = "h200-surface-v2", k: int = 4,
 def dynamic_k_sentence(profile: str = "h200-surface-v2",
                        results_root: Path | str | None = None) -> str:
     """vLLM's dynamic K against the same fixed K on a stored surface
-    (:func:`surface.dynamic_vs_fixed`), in one sentence; says so where nothing is stored."""
+    (:func:`surface.dynamic_vs_fixed`), in one sentence, led by the dynamic methods that did
+    not start (:func:`failures`); says so where nothing is stored."""
     table = surface_table(profile, results_root)
     pairs = surface.dynamic_k_methods(load_profile(profile))
+    failed = failures(profile, list(pairs), results_root) if pairs else pd.DataFrame()
+    broke = "".join(
+        f"in vLLM {g['vllm_version'].iloc[0]}, `{m}` did not start (`{g['exception'].iloc[0]}`); "
+        for m, g in failed.groupby("method")) if len(failed) else ""
     if table is None or not pairs:
-        return f"vLLM's dynamic K has not been measured in `{profile}` yet."
+        return f"{broke}vLLM's dynamic K has not been measured in `{profile}` yet."
     dyn = surface.dynamic_vs_fixed(table, pairs).dropna(subset=["dynamic_over_fixed"])
     if dyn.empty:
-        return f"vLLM's dynamic K has not been measured in `{profile}` beside fixed K yet."
+        return f"{broke}vLLM's dynamic K has not been measured in `{profile}` beside fixed K yet."
     modes = ", ".join(sorted(set(dyn["cudagraph_mode"].dropna()))) or "not recorded"
-    return (f"measured on the H200 (`{profile}`), vLLM's dynamic K ran at a median "
+    return (f"{broke}measured on the H200 (`{profile}`), vLLM's dynamic K ran at a median "
             f"{dyn['dynamic_over_fixed'].median():.2f}× of the speed of the same fixed K "
             f"({dyn['dynamic_over_fixed'].min():.2f}× to {dyn['dynamic_over_fixed'].max():.2f}× "
-            f"over {len(dyn)} cells; CUDA graph mode {modes} with a schedule)")
+            f"over {len(dyn)} cells; CUDA graph mode {modes} with a schedule"
+            f"{runner_note(dyn)})")
+
+
+def runner_note(dyn: pd.DataFrame) -> str:
+    """``"; the schedule on V1, fixed K on V2"`` where :func:`surface.dynamic_vs_fixed`'s
+    dynamic and fixed cells ran on different runners (the ratio then carries the runner's
+    cost too); empty where they share one."""
+    ran = {c: ", ".join(sorted(set(dyn[c].dropna()))) for c in ("runner", "fixed_runner")
+           if c in dyn}
+    if len(ran) < 2 or not all(ran.values()) or ran["runner"] == ran["fixed_runner"]:
+        return ""
+    return f"; the schedule on {ran['runner']}, fixed K on {ran['fixed_runner']}"
+
+
+_VLLM_FRAME = re.compile(r'File "[^"]*?/(vllm/[^"]+)", line \d+, in (\w+)')
+_EXCEPTION = re.compile(r"^(?:\([^)\n]*\)\s*)?((?:\w+\.)*[A-Z]\w*(?:Error|Exception)): (.+)$",
+                        re.M)
+
+
+def failures(profile: str, methods: Sequence[str] | None = None,
+             results_root: Path | str | None = None) -> pd.DataFrame:
+    """The failed cells of a profile (``status == "failed"`` rows), one row each: method, batch,
+    α, lease, vLLM version, ``exception`` (the first exception line of the stored error tail:
+    the root cause, which an engine core prints before the error it raises in the caller),
+    ``where`` (the two innermost frames of vLLM's code above it) and ``at_start`` (the engine
+    never started)."""
+    runs = store.load_runs(profile, root=Path(results_root) if results_root else None)
+    bad = runs[runs["status"] == "failed"] if len(runs) else runs
+    if methods is not None:
+        bad = bad[bad["method"].isin(list(methods))]
+    rows = []
+    for r in bad.itertuples():
+        err = r.error or ""
+        exc = _EXCEPTION.search(err)
+        frames = _VLLM_FRAME.findall(err[:exc.start()] if exc else err)[-2:]
+        rows.append({"method": r.method, "batch_size": r.batch_size,
+                     "acceptance_alpha": r.acceptance_alpha, "lease_id": r.lease_id,
+                     "vllm_version": r.vllm_version,
+                     "exception": f"{exc.group(1)}: {exc.group(2).strip()}" if exc else None,
+                     "where": ", called from ".join(f"`{fn}` (`{path}`)" for path, fn in reversed(frames)),
+                     "at_start": "initialization failed" in err})
+    return pd.DataFrame(rows, columns=["method", "batch_size", "acceptance_alpha", "lease_id",
+                                       "vllm_version", "exception", "where", "at_start"])
+
+
+def failure_sentence(failed: pd.DataFrame, what: str, upstream: str = "") -> str:
+    """One method's :func:`failures` in a sentence: ``what`` (e.g. "EAGLE-3 with a dynamic-K
+    schedule on its default runner") did not start, in which lease, with which exception where;
+    ``upstream`` (markdown, the notebook's citation) appended. Says so where nothing failed."""
+    if failed.empty:
+        return f"{what}: no failed cell is stored."
+    versions = ", ".join(sorted(set(failed["vllm_version"].dropna()))) or "(version not recorded)"
+    leases = ", ".join(sorted(set(failed["lease_id"].dropna()))) or "a lease not recorded"
+    excs = sorted(set(failed["exception"].dropna()))
+    when = "at engine start" if failed["at_start"].all() else "while running"
+    cause = (f" with `{excs[0]}` in {failed['where'].iloc[0]}" if len(excs) == 1
+             else f" ({len(excs)} different errors)" if excs else "")
+    return (f"In vLLM {versions}, {what} did not run: {len(failed)} cell(s) of it failed "
+            f"{when} (lease {leases}){cause}.{' ' + upstream if upstream else ''}")
 
 
 # --------------------------------------------------------------------------- #

@@ -180,7 +180,8 @@ def run(profile: Profile | str, experiment: str, results_root: Path | None = Non
                 argv=list(pr.argv[1:]), env=pr.env, wall_s=wall,
                 avg_latency_s=float(res["avg_latency"]),
                 latencies_s=[float(x) for x in res["latencies"]],
-                provenance=provenance.collect())
+                provenance={**provenance.collect(),
+                            "lease_id": os.environ.get("SPECDEC_LEASE") or None})
             _write_json_atomic(record.model_dump(), final)
             written.append(final)
             print(f"peer: {pr.cell_id}: {record.avg_latency_s:.3f} s per batch "
@@ -204,26 +205,37 @@ def load(profile: str, results_root: Path | None = None) -> pd.DataFrame:
                      "peer_tok_s": r.batch_size * r.output_len / float(lat.median()),
                      "command": shlex.join(r.argv),
                      **{k: r.provenance.get(k) for k in ("vllm_version", "device_name",
-                                                          "git_commit", "timestamp_utc")}})
+                                                          "git_commit", "timestamp_utc",
+                                                          "lease_id")}})
     return pd.DataFrame(rows)
 
 
-def compare(peer_df: pd.DataFrame, summary_df: pd.DataFrame) -> pd.DataFrame:
+def compare(peer_df: pd.DataFrame, summary_df: pd.DataFrame,
+            runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Harness beside peer for the same cell: output tokens per second, their ratio and spreads.
 
     The peer's figure is batch x output tokens over the median latency of one generate
     call (prefill included); the harness's is its median output tokens per second. The
     spreads say how far one run may lie from another: the peer's slowest over its fastest
-    call, the harness's 95% interval of the median over that median.
+    call, the harness's 95% interval of the median over that median. ``runs`` (the harness's
+    run rows) gives each cell's lease (``harness_lease``) beside the peer's (``peer_lease``).
     """
     cols = ["method", "num_speculative_tokens", "acceptance_alpha", "batch_size",
             "harness_tok_s", "peer_tok_s", "harness_over_peer", "harness_ci_rel",
-            "peer_slowest_over_fastest", "peer_repeats", "peer_latency_median_s", "cell_id"]
+            "peer_slowest_over_fastest", "peer_repeats", "peer_latency_median_s",
+            "harness_lease", "peer_lease", "cell_id"]
     if peer_df.empty:
         return pd.DataFrame(columns=cols)
     h = summary_df[["cell_id", "tok_s_median", "tok_s_ci_low", "tok_s_ci_high"]].rename(
         columns={"tok_s_median": "harness_tok_s"})
-    df = peer_df.merge(h, on="cell_id", how="left")
+    df = peer_df.rename(columns={"lease_id": "peer_lease"}).merge(h, on="cell_id", how="left")
+    if runs is not None and "lease_id" in runs:
+        ok = runs[(runs["status"] == "ok") & runs["lease_id"].notna()]
+        df["harness_lease"] = df["cell_id"].map(
+            ok.groupby("cell_id")["lease_id"].agg(lambda s: ", ".join(sorted(set(s)))))
+    for c in ("harness_lease", "peer_lease"):
+        if c not in df:
+            df[c] = None
     df["harness_over_peer"] = df["harness_tok_s"] / df["peer_tok_s"]
     df["harness_ci_rel"] = (df["tok_s_ci_high"] - df["tok_s_ci_low"]) / df["harness_tok_s"]
     return df[cols].sort_values(["method", "batch_size"]).reset_index(drop=True)
@@ -244,9 +256,46 @@ def comparison_sentence(cmp: pd.DataFrame) -> str:
         return "not measured yet (`specdec status` lists the peer runs still pending)"
     parts = [f"{_cell_name(r)}: the harness {r['harness_tok_s']:.0f} tok/s, `bench latency` "
              f"{r['peer_tok_s']:.0f} tok/s ({round(100 * (r['harness_over_peer'] - 1), 1) + 0.0:+.1f} %; the "
-             f"peer's slowest call took {r['peer_slowest_over_fastest']:.2f}× its fastest)"
-             for _, r in done.iterrows()]
+             f"peer's slowest call took {r['peer_slowest_over_fastest']:.2f}× its fastest"
+             f"{_leases(r)})" for _, r in done.iterrows()]
     return "; ".join(parts)
+
+
+def _leases(row) -> str:
+    """``"; the harness in lease A, the peer in lease B"`` where the two ran in different
+    leases (hosts may differ: the ratio then carries the host too); empty otherwise."""
+    h, p = row.get("harness_lease"), row.get("peer_lease")
+    if not isinstance(h, str) or not isinstance(p, str) or h == p:
+        return ""
+    return f"; the harness in lease `{h}`, the peer in `{p}`"
+
+
+def lease_drift(cmp: pd.DataFrame, panel: pd.DataFrame | None) -> str:
+    """Where harness and peer ran in different leases (:func:`compare`'s ``harness_lease``,
+    ``peer_lease``), how far the control panel's step time of the same method and batch moved
+    between those leases, per panel phase: the part of a harness-over-peer gap that the host
+    and the time can explain. ``panel``: the stored panel cells (``lease_id``,
+    ``panel_phase``, ``method``, ``batch_size``, ``step_ms``; ``protocol.stored_panel``)."""
+    done = cmp.dropna(subset=["harness_tok_s", "peer_tok_s"])
+    apart = done[done["harness_lease"].notna() & done["peer_lease"].notna()
+                 & (done["harness_lease"] != done["peer_lease"])]
+    if apart.empty:
+        return "Each peer run and its harness cell ran in the same lease."
+    step = (panel.set_index(["lease_id", "panel_phase", "method", "batch_size"])["step_ms"]
+            if panel is not None else pd.Series(dtype=float))
+    parts = []
+    for _, r in apart.iterrows():
+        moved = []
+        for phase in ("start", "end"):
+            a = step.get((r["harness_lease"], phase, r["method"], r["batch_size"]))
+            b = step.get((r["peer_lease"], phase, r["method"], r["batch_size"]))
+            if a is not None and b is not None:
+                moved.append(f"{100 * (b / a - 1):+.1f} % at the {phase}")
+        parts.append(f"{_cell_name(r)} ({' and '.join(moved) or 'no panel cell of it in both'})")
+    return ("Where the harness's cell and the peer ran in different leases (another host, "
+            "perhaps), the control panel's step time of the same method and batch moved between "
+            "those leases by: " + "; ".join(parts) + ". A harness-over-peer gap within that "
+            "movement is the host's and the hour's, not the clock's.")
 
 
 def merge(src: Path | str, profile: str | None, results_root: Path | None = None) -> list[Path]:

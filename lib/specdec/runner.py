@@ -110,11 +110,12 @@ _MEASURED = [f.name for f in store.RUNS_SCHEMA
              if f.name not in {f2.name for f2 in store.TOKENS_SCHEMA}]
 
 
-def failed_row(ident: dict, error: str, prov: dict) -> dict:
+def failed_row(ident: dict, error: str, prov: dict, lease: str | None = None) -> dict:
+    """The row of a cell that did not finish: who measured it (``prov``, the lease), not what."""
     row = {**ident, **prov, "timestamp_utc": now_utc()}
     for col in _MEASURED:
         row[col] = None
-    row.update(repeat=0, status="failed", error=error[-ERROR_TAIL:])
+    row.update(repeat=0, status="failed", error=error[-ERROR_TAIL:], lease_id=lease)
     return row
 
 
@@ -521,7 +522,7 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
                     # A forced rerun failed: keep the earlier good rows rather than destroy them.
                     bar.write(f"  FAILED (kept earlier ok rows) {pc.cell_id}: {err.strip().splitlines()[-1:]}")
                 else:
-                    store.write_cell(profile.name, pc.cell_id, [failed_row(ident, err, prov)],
+                    store.write_cell(profile.name, pc.cell_id, [failed_row(ident, err, prov, lease)],
                                      root=results_root)
                     bar.write(f"  FAILED {pc.cell_id}: {(err.strip().splitlines() or [''])[-1]}")
                 result["failed"].append(pc.cell_id)

@@ -208,7 +208,9 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
     ``speedup`` and ``cudagraph_mode``; ``fixed_same_k`` (the fixed method's speedup at that
     K) and ``dynamic_over_fixed`` (their ratio: what the mechanism itself costs); the best
     fixed K measured at that batch and alpha (``best_fixed_k``, ``best_fixed``) and
-    ``dynamic_over_best`` (what a schedule can gain at most is that best fixed K per batch).
+    ``dynamic_over_best`` (what a schedule can gain at most is that best fixed K per batch);
+    ``runner`` and ``fixed_runner`` where the table has them (in vLLM 0.26 EAGLE-3's schedule
+    runs only on V1, its fixed K on V2 by default: the ratio then carries the runner too).
     """
     df = surface_df[surface_df["acceptance_alpha"].notna() & surface_df["speedup"].notna()]
     rows = []
@@ -227,6 +229,8 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
             rows.append({
                 "method": dyn, "fixed_method": fixed, "batch_size": int(r["batch_size"]),
                 "acceptance_alpha": float(r["acceptance_alpha"]), "k_used": k_used,
+                "runner": r.get("runner"),
+                "fixed_runner": same["runner"].iloc[0] if len(same) and "runner" in same else None,
                 "cudagraph_mode": r.get("cudagraph_mode"), "speedup": float(r["speedup"]),
                 "fixed_same_k": float(at_k["speedup"].iloc[0]) if len(at_k) else np.nan,
                 "fixed_cudagraph_mode": at_k["cudagraph_mode"].iloc[0]
@@ -237,7 +241,8 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
                 **{c: r.get(c) for c in ("profile", "device_name", "vllm_version")},
             })
     out = pd.DataFrame(rows, columns=[
-        "method", "fixed_method", "batch_size", "acceptance_alpha", "k_used", "cudagraph_mode",
+        "method", "fixed_method", "batch_size", "acceptance_alpha", "k_used", "runner",
+        "fixed_runner", "cudagraph_mode",
         "speedup", "fixed_same_k", "fixed_cudagraph_mode", "best_fixed_k", "best_fixed",
         "fixed_ks", "profile", "device_name", "vllm_version"])
     out["dynamic_over_fixed"] = out["speedup"] / out["fixed_same_k"]
