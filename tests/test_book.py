@@ -207,3 +207,13 @@ def test_pending_sentence_counts_what_is_not_measured(tmp_path):
     assert empty.startswith(f"Not measured yet: `h200-trained` {n} of {n} cells (`trained-k4`")
     stored = book.pending_sentence(["h200-trained"])  # the committed rows: fewer are missing
     assert stored != empty and "h200-trained" in stored
+
+
+def test_pending_list_names_each_experiment_with_its_missing_and_failed_cells(tmp_path):
+    lines = book.pending_list(["h200-surface-v2"]).splitlines()
+    # lease 20: EAGLE-3's dynamic K on its default runner failed at engine start, 4 cells
+    assert ("- `h200-surface-v2`, `dynamic-k-default-runner`: 2 cells measured, 0 not measured "
+            "yet, 4 failed (vLLM did not run them)") in lines
+    assert not any("`surface-k4`" in line for line in lines)  # measured in full
+    empty = book.pending_list(["h200-surface-v2"], tmp_path)  # no rows: every experiment listed
+    assert "`surface-k4`: 0 cells measured" in empty and "failed" not in empty

@@ -357,6 +357,22 @@ def pending_sentence(profiles: Sequence[str], results_root: str | Path | None = 
             + ". `specdec status <profile>` lists them; they run with the same commands.")
 
 
+def pending_list(profiles: Sequence[str], results_root: str | Path | None = None) -> str:
+    """Markdown: a line per experiment of each profile with cells not measured yet or failed
+    (:func:`pending_sentence` in detail), or that every experiment is measured."""
+    from . import runner
+    from .profiles import load_profile
+
+    root = Path(results_root) if results_root is not None else None
+    lines = []
+    for name in profiles:
+        st = runner.status(load_profile(name), results_root=root)
+        lines += [f"- `{name}`, `{e}`: {c['ok']} cells measured, {c['missing']} not measured yet"
+                  + (f", {c['failed']} failed (vLLM did not run them)" if c["failed"] else "")
+                  for e, c in st.items() if e != "(all)" and (c["missing"] or c["failed"])]
+    return "\n".join(lines) or "Every experiment of these campaigns is measured."
+
+
 def figures(data: ChapterData, draw, caption: str, rows=None) -> list:
     """Show one figure per campaign of the chapter that has rows, each with its caption.
 

@@ -387,15 +387,21 @@ def dynamic_k_sentence(profile: str = "h200-surface-v2",
             f"{runner_note(dyn)})")
 
 
+def dynamic_runners(dyn: pd.DataFrame) -> tuple[str, str]:
+    """The runners of :func:`surface.dynamic_vs_fixed`'s dynamic cells and of the fixed cells
+    beside them (``"V1"``, ``"V2"``; ``"?"`` where not recorded)."""
+    return tuple(", ".join(sorted(set(dyn[c].dropna()))) or "?" if c in dyn else "?"
+                 for c in ("runner", "fixed_runner"))
+
+
 def runner_note(dyn: pd.DataFrame) -> str:
-    """``"; the schedule on V1, fixed K on V2"`` where :func:`surface.dynamic_vs_fixed`'s
-    dynamic and fixed cells ran on different runners (the ratio then carries the runner's
-    cost too); empty where they share one."""
-    ran = {c: ", ".join(sorted(set(dyn[c].dropna()))) for c in ("runner", "fixed_runner")
-           if c in dyn}
-    if len(ran) < 2 or not all(ran.values()) or ran["runner"] == ran["fixed_runner"]:
+    """``"; the schedule on V1, fixed K on V2"`` where the dynamic and fixed cells ran on
+    different runners (:func:`dynamic_runners`: the ratio then carries the runner's cost too);
+    empty where they share one or a side is not recorded."""
+    ran, fixed = dynamic_runners(dyn)
+    if "?" in (ran, fixed) or ran == fixed:
         return ""
-    return f"; the schedule on {ran['runner']}, fixed K on {ran['fixed_runner']}"
+    return f"; the schedule on {ran}, fixed K on {fixed}"
 
 
 _VLLM_FRAME = re.compile(r'File "[^"]*?/(vllm/[^"]+)", line \d+, in (\w+)')
