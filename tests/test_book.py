@@ -213,7 +213,7 @@ def test_pending_list_names_each_experiment_with_its_missing_and_failed_cells(tm
     lines = book.pending_list(["h200-surface-v2"]).splitlines()
     # lease 20: EAGLE-3's dynamic K on its default runner failed at engine start, 4 cells
     assert ("- `h200-surface-v2`, `dynamic-k-default-runner`: 2 cells measured, 0 not measured "
-            "yet, 4 failed (vLLM did not run them)") in lines
+            "yet, 4 failed (vLLM did not run them; kept as the record, not measured again)") in lines
     assert not any("`surface-k4`" in line for line in lines)  # measured in full
     empty = book.pending_list(["h200-surface-v2"], tmp_path)  # no rows: every experiment listed
     assert "`surface-k4`: 0 cells measured" in empty and "failed" not in empty

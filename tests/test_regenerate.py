@@ -221,9 +221,20 @@ def test_devicetime_pending_prices_the_cells_not_stored_and_the_panel_once(monke
 
     est = devicetime.estimate("h200-surface-v2", pending=True).set_index("experiment")
     assert est.index[0] == "panel (every lease)" and est.loc["panel (every lease)", "cells"] == 6
-    for name, counts in runner.status(profiles.load_profile("h200-surface-v2")).items():
+    prof = profiles.load_profile("h200-surface-v2")
+    for name, counts in runner.status(prof).items():
         if name not in ("(all)", "panel"):
-            assert est.loc[name, "cells"] == counts["failed"] + counts["missing"], name
+            record = prof.experiment(name).record  # its failed cells are the record: not pending
+            assert est.loc[name, "cells"] == counts["missing"] + (0 if record else counts["failed"]), name
+    # lease 20's failed dynamic-K cells on the default runner are kept, not measured again
+    assert prof.experiment("dynamic-k-default-runner").record
+    assert est.loc["dynamic-k-default-runner", "cells"] == 0
+    assert runner.status(prof)["dynamic-k-default-runner"]["failed"] == 4
+    # ... unless forced, and a record experiment's missing cell is measured like any other
+    assert sum(pc.will_run for pc in runner.plan(prof, ["dynamic-k-default-runner"], force=True)) == 6
+    monkeypatch.setattr(runner.store, "cell_status", lambda *a, **k: "missing")
+    assert all(pc.will_run for pc in runner.plan(prof, ["dynamic-k-default-runner"]))
+    monkeypatch.undo()
     # peer-check runs on the panel's engines (the baseline and EAGLE-3 at K = 4): no start of its own
     both = devicetime.estimate("h200-surface-v2", experiments=["peer-check"],
                                pending=True).set_index("experiment")

@@ -366,9 +366,12 @@ def pending_list(profiles: Sequence[str], results_root: str | Path | None = None
     root = Path(results_root) if results_root is not None else None
     lines = []
     for name in profiles:
-        st = runner.status(load_profile(name), results_root=root)
+        prof = load_profile(name)
+        st = runner.status(prof, results_root=root)
         lines += [f"- `{name}`, `{e}`: {c['ok']} cells measured, {c['missing']} not measured yet"
-                  + (f", {c['failed']} failed (vLLM did not run them)" if c["failed"] else "")
+                  + (f", {c['failed']} failed (vLLM did not run them"
+                     + ("; kept as the record, not measured again" if prof.experiment(e).record
+                        else "") + ")" if c["failed"] else "")
                   for e, c in st.items() if e != "(all)" and (c["missing"] or c["failed"])]
     return "\n".join(lines) or "Every experiment of these campaigns is measured."
 

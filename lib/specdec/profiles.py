@@ -262,6 +262,9 @@ class Experiment(_Schema):
     #: and the verification run for real; only accept/reject is drawn. Empty = the
     #: acceptance the models reach (standard rejection sampling).
     acceptance: Seq[Annotated[float, Field(ge=0.0, le=1.0)]] = ()
+    #: The experiment's failed rows are the record of a failure (the profile says which): a
+    #: failed cell of it is not measured again, nor priced as pending (a missing one is).
+    record: bool = False
 
 
 class Protocol(_Schema):

@@ -195,13 +195,18 @@ def plan(profile: Profile, experiments: Sequence[str] | None = None, force: bool
     """The cells of the chosen experiments (and, if given, whose id matches a ``cells`` glob)."""
     import fnmatch
 
+    chosen = list(experiments) if experiments else [e.name for e in profile.experiments]
+    # a failed cell of a record experiment (Experiment.record) stays the record
+    kept = {c for e in chosen if profile.experiment(e).record
+            for c in profiles.expand(profile, [e])} - {
+        c for e in chosen if not profile.experiment(e).record for c in profiles.expand(profile, [e])}
     out = []
     for c in profiles.expand(profile, experiments):
         cid = profiles.cell_id(profile, c)
         if cells and not any(fnmatch.fnmatchcase(cid, pat) for pat in cells):
             continue
         st = store.cell_status(profile.name, cid, results_root)
-        out.append(PlannedCell(c, cid, st, force or st != "ok"))
+        out.append(PlannedCell(c, cid, st, force or st == "missing" or (st == "failed" and c not in kept)))
     return out
 
 
