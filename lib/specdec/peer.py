@@ -181,7 +181,7 @@ def run(profile: Profile | str, experiment: str, results_root: Path | None = Non
                 avg_latency_s=float(res["avg_latency"]),
                 latencies_s=[float(x) for x in res["latencies"]],
                 provenance={**provenance.collect(),
-                            "lease_id": os.environ.get("SPECDEC_LEASE") or None})
+                            "lease_id": provenance.lease_id()})
             _write_json_atomic(record.model_dump(), final)
             written.append(final)
             print(f"peer: {pr.cell_id}: {record.avg_latency_s:.3f} s per batch "

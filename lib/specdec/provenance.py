@@ -162,5 +162,11 @@ def collect() -> dict[str, Any]:
     }
 
 
+def lease_id() -> str | None:
+    """The device lease that measures (``$SPECDEC_LEASE``, set by scripts/lease.sh), if any:
+    rows, failed rows and peer runs carry it, and a control panel is stored under it."""
+    return os.environ.get("SPECDEC_LEASE") or None
+
+
 def now_utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -36,7 +36,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from . import paths, profiles, store
+from . import paths, profiles, provenance, store
 
 REPORTS_DIR = paths.DATA_DIR / "reports"
 #: Provenance fields a report compares before / after (what a reader needs to explain a move).
@@ -302,7 +302,7 @@ def regenerate(profile, experiments: Sequence[str] | None = None,
         from . import runner
 
         panel = prof.protocol.panel_experiment
-        lease = (os.environ.get("SPECDEC_LEASE")
+        lease = (provenance.lease_id()
                  or time.strftime("regenerate-%Y-%m-%dT%H%M%SZ", time.gmtime())) if panel else None
         cells_budget = budget_s
         if panel and budget_s is not None:  # keep the end panel's expected time out of it

@@ -50,7 +50,7 @@ from typing import Callable, Iterable, Sequence
 
 from . import models, paths, profiles, store, validate
 from .profiles import Cell, Profile
-from .provenance import collect, now_utc
+from .provenance import collect, lease_id, now_utc
 
 ERROR_TAIL = 4000
 #: Version of the measuring protocol described above, stored in every row
@@ -397,7 +397,7 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
     planned = plan(profile, experiments, force, results_root, cells)
     if cells and not planned:
         raise profiles.ProfileError(f"--cell: no cell of {profile.name} matches {', '.join(cells)}")
-    lease = lease or os.environ.get("SPECDEC_LEASE") or None  # the engines stamp rows with it
+    lease = lease or lease_id()  # the engines stamp rows with it
     if panel is not None:
         planned = planned + panel_cells(profile, lease or "", panel, results_root)
         if not experiments and not cells:  # --panel alone measures the panel alone

@@ -638,7 +638,7 @@ def main(spec_file: str) -> int:
     import math
 
     from . import profiles, stats, store
-    from .provenance import collect, now_utc
+    from .provenance import collect, lease_id, now_utc
 
     profile = profiles.load_profile(spec["profile_path"])
     protocol = profile.protocol
@@ -646,7 +646,7 @@ def main(spec_file: str) -> int:
     deadline = spec.get("deadline")  # perf-independent: epoch seconds, or None
     prov = collect()
     engine = dict(spec["engine"], device_kind=profile.hardware.kind)
-    lease = os.environ.get("SPECDEC_LEASE") or None
+    lease = lease_id()
     core = "inproc" if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" else "default"
 
     t0 = time.perf_counter()
