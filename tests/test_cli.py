@@ -45,6 +45,32 @@ def test_a_superseded_profile_is_listed_but_not_measured(tmp_path, capsys):
     assert code != 0 and "superseded by h200-surface-v2" in err and "measure h200-surface-v2" in err
 
 
+def test_a_gpu_profile_is_not_measured_on_another_gpu(tmp_path, capsys, monkeypatch):
+    """The device tool may lend an H100 for a call that asks for an H200: a run of an H200
+    profile there is refused before any engine starts (its rows would pass for H200 rows),
+    and so is vLLM's own peer run; a dry run, a CPU machine and the named GPU go on."""
+    from specdec import peer, profiles, provenance, runner
+
+    prof = profiles.load_profile("h200-surface-v2")
+    assert prof.hardware.gpu_model() == "H200"
+    assert profiles.load_profile("cpu-smollm2").hardware.gpu_model() is None
+    assert [profiles.gpu_model(n) for n in ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB",
+                                            "NVIDIA H200", "cpu")] == ["H100", "A100", "H200", None]
+    monkeypatch.setattr(provenance, "gpu", lambda: ("NVIDIA H100 80GB HBM3", "580.159.04"))
+    monkeypatch.setattr(runner, "gpu", provenance.gpu)
+    code = cli.main(["run", "h200-surface-v2", "-e", "dynamic-k-1b",
+                     "--results-root", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    assert code != 0 and "measures an H200" in err and "NVIDIA H100 80GB HBM3" in err
+    assert not (tmp_path / "results").exists()  # nothing written
+    with pytest.raises(profiles.ProfileError, match="measures an H200"):
+        peer.run(prof, "peer-check", results_root=tmp_path / "peer")
+    assert cli.main(["run", "h200-surface-v2", "-e", "dynamic-k-1b", "--dry-run",
+                     "--results-root", str(tmp_path / "results")]) == 0
+    for name in ("NVIDIA H200", "cpu"):
+        prof.refuse_other_gpu(name)  # no error
+
+
 def test_dry_run_of_a_good_profile_lists_its_cells(tmp_path, capsys):
     code, out, err = _run(_profile_file(tmp_path), tmp_path, capsys)
     assert (code, err) == (0, "")

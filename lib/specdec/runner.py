@@ -50,7 +50,7 @@ from typing import Callable, Iterable, Sequence
 
 from . import models, paths, profiles, store, validate
 from .profiles import Cell, Profile
-from .provenance import collect, lease_id, now_utc
+from .provenance import collect, gpu, lease_id, now_utc
 
 ERROR_TAIL = 4000
 #: Version of the measuring protocol described above, stored in every row
@@ -386,6 +386,7 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
         profile_path = paths.PROFILES_DIR / f"{profile.name}.yaml"
     if not dry_run:
         profile.refuse_if_superseded()
+        profile.refuse_other_gpu(gpu()[0])
     if experiments:
         for e in experiments:
             profile.experiment(e)  # unknown experiment: ProfileError naming it
