@@ -367,12 +367,14 @@ def pending_list(profiles: Sequence[str], results_root: str | Path | None = None
     lines = []
     for name in profiles:
         prof = load_profile(name)
-        st = runner.status(prof, results_root=root)
-        lines += [f"- `{name}`, `{e}`: {c['ok']} cells measured, {c['missing']} not measured yet"
-                  + (f", {c['failed']} failed (vLLM did not run them"
-                     + ("; kept as the record, not measured again" if prof.experiment(e).record
-                        else "") + ")" if c["failed"] else "")
-                  for e, c in st.items() if e != "(all)" and (c["missing"] or c["failed"])]
+        for e, c in runner.status(prof, results_root=root).items():
+            if e == "(all)" or not (c["missing"] or c["failed"]):
+                continue
+            line = f"- `{name}`, `{e}`: {c['ok']} cells measured, {c['missing']} not measured yet"
+            if c["failed"]:
+                kept = "; kept as the record, not measured again" if prof.experiment(e).record else ""
+                line += f", {c['failed']} failed (vLLM did not run them{kept})"
+            lines.append(line)
     return "\n".join(lines) or "Every experiment of these campaigns is measured."
 
 

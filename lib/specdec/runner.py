@@ -195,11 +195,12 @@ def plan(profile: Profile, experiments: Sequence[str] | None = None, force: bool
     """The cells of the chosen experiments (and, if given, whose id matches a ``cells`` glob)."""
     import fnmatch
 
-    chosen = list(experiments) if experiments else [e.name for e in profile.experiments]
-    # a failed cell of a record experiment (Experiment.record) stays the record
-    kept = {c for e in chosen if profile.experiment(e).record
-            for c in profiles.expand(profile, [e])} - {
-        c for e in chosen if not profile.experiment(e).record for c in profiles.expand(profile, [e])}
+    chosen = [profile.experiment(e) for e in experiments] if experiments else profile.experiments
+    # a failed cell of a record experiment (Experiment.record), and of no other, stays the record
+    record = [e.name for e in chosen if e.record]
+    others = [e.name for e in chosen if not e.record]  # (expand reads [] as every experiment)
+    kept = (set(profiles.expand(profile, record))
+            - (set(profiles.expand(profile, others)) if others else set()) if record else set())
     out = []
     for c in profiles.expand(profile, experiments):
         cid = profiles.cell_id(profile, c)
