@@ -103,6 +103,22 @@ def test_crossover_sentence_without_a_sweep():
     assert clauses == [] and sentence.startswith("no campaign has a complete batch sweep")
 
 
+def test_crossover_of_a_method_that_moves_with_the_host_gives_its_range_not_a_verdict():
+    summ = pd.DataFrame({"profile": "p", "method": "d", "num_speculative_tokens": 4,
+                         "workload": "w", "temperature": 0.0, "compilation": None,
+                         "acceptance_alpha": 0.8, "batch_size": [1, 16],
+                         "speedup": [0.85, 0.76], "speedup_ci_high": [0.9, 0.8],
+                         "speedup_status": "ok"})
+    assert chapters.crossover_sentence(summ)[1] == [
+        "d (K = 4, w) on `p` does not pay even at the smallest batch, 1"]
+    # its control panel moved by 57 % between leases: 0.85× is within ±28 % of no speculation
+    assert chapters.crossover_sentence(summ, {"d": 0.57})[1] == [
+        "d (K = 4, w) on `p` ran at 0.85×, 0.76× at batch 1, 16: within its host spread (±28%) "
+        "of no speculation, so where it stops paying depends on the host"]
+    # a spread too small to reach 1 leaves the verdict
+    assert "does not pay" in chapters.crossover_sentence(summ, {"d": 0.1})[0]
+
+
 # -- draft_selection -------------------------------------------------------------------- #
 def test_vocabulary_table_marks_the_articles_drafts_unusable():
     vocab = chapters.vocabulary_table({"TinyLlama-1.1B": "tinyllama-1.1b", "Phi-2": "phi-2",
@@ -209,10 +225,11 @@ def test_dynamic_k_sentence_from_the_committed_rows_and_without_rows(tmp_path):
     if len(dyn):  # dynamic K measured beside the same fixed K
         assert re.search(rf"median {dyn['dynamic_over_fixed'].median():.2f}×", sentence)
     else:  # the campaign's dynamic-K experiments are pending
-        assert sentence.endswith("beside fixed K yet.")
+        assert sentence.endswith("beside fixed K in `h200-surface-v2` yet.")
     # lease 20: the schedule on EAGLE-3's default runner failed at engine start; said first
-    assert sentence.startswith("in vLLM 0.26.0, `eagle3-dynk` did not start (`ZeroDivisionError")
-    assert "not been measured" in chapters.dynamic_k_sentence("h200-surface-v2", tmp_path)
+    assert sentence.startswith("In vLLM 0.26.0, `eagle3-dynk` did not start (`ZeroDivisionError")
+    assert chapters.dynamic_k_sentence("h200-surface-v2", tmp_path) == (
+        "vLLM's dynamic K is not measured beside fixed K in `h200-surface-v2` yet.")
 
 
 def test_failures_name_the_root_cause_from_the_stored_error_tail():

@@ -50,10 +50,24 @@ def test_self_draft_sentence_turns_with_its_speedup():
 
 
 def test_lossless_headline_turns_when_a_cell_differs():
-    ok = pd.DataFrame({"status": ["compared"] * 2, "identical_to_baseline": [True, True]})
+    ok = pd.DataFrame({"dtype": ["float32", "bfloat16"], "hardware": ["CPU", "1x H200"],
+                       "campaigns": ["a", "b"], "cells": [3, 2], "identical": [3, 2]})
     assert findings.lossless_headline(ok) == "**Greedy speculation was lossless where it was checked**"
-    bad = ok.assign(identical_to_baseline=[True, False])
-    assert "not lossless" in findings.lossless_headline(bad, bold=False)
+    mixed = findings.lossless_headline(ok.assign(identical=[3, 1]), bold=False)
+    assert mixed == "greedy speculation was lossless in float32 where it was checked, not always in bfloat16"
+    assert "not lossless" in findings.lossless_headline(ok.assign(identical=[2, 1]), bold=False)
+    assert findings.lossless_sentence(ok.assign(identical=[3, 1])) == (
+        "in float32, 3 of 3 greedy speculative cells (`a` on CPU); "
+        "in bfloat16, 1 of 2 greedy speculative cells (`b` on 1x H200)")
+
+
+def test_lossless_tally_reads_every_real_campaign_and_leaves_set_acceptance_out():
+    tally = findings.lossless_tally()
+    assert set(tally["dtype"]) >= {"float32", "bfloat16"}
+    # the H200 surface sets acceptance (not meant to match) and its runner controls are no
+    # speculation: neither is counted
+    assert not tally["campaigns"].str.contains("h200-surface").any()
+    assert (tally["identical"] <= tally["cells"]).all()
 
 
 def test_acceptance_with_k_and_speedup_with_batch_are_read_off_the_rows():
@@ -64,7 +78,7 @@ def test_acceptance_with_k_and_speedup_with_batch_are_read_off_the_rows():
     grows = _summary(_cell("ngram", 1.4, batch=1), _cell("ngram", 1.5, batch=8))
     assert "not lower at the largest batch" in findings.batch_trend(grows)
     shrinks = _summary(_cell("ngram", 1.4, batch=1), _cell("ngram", 1.1, batch=8))
-    assert "lower at the largest batch than at the smallest in every" in findings.batch_trend(shrinks)
+    assert "lower at the largest batch than at the smallest in the one configuration" in findings.batch_trend(shrinks)
 
 
 def test_lookup_acceptance_by_workload_names_the_extremes():
@@ -162,7 +176,8 @@ def test_batch_trend_at_a_set_acceptance():
                      _cell("baseline", 1.0, k=0, batch=64, profile="h200"))
     said = findings.batch_trend_at_set(table, 0.8)
     assert said.startswith("with the acceptance set at α = 0.8 at every batch size, the speedup "
-                           "was lower at the largest batch than at the smallest in every")
+                           "was lower at the largest batch than at the smallest in the one "
+                           "configuration")
     assert "2.40× at batch 1, 1.60× at batch 64" in said
     short = findings.batch_trend_at_set(table, 0.8, detail=False)
     assert said.startswith(short) and "batch 64" not in short

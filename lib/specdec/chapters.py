@@ -179,10 +179,33 @@ def memory_table(summary: pd.DataFrame) -> pd.DataFrame:
                          "KV cache GiB": mem["kv_cache_bytes"] / 2**30})
 
 
-def crossover_sentence(summary: pd.DataFrame) -> tuple[str, list[str]]:
+def crossover_sentence(summary: pd.DataFrame,
+                       spread: Mapping[str, float] | None = None) -> tuple[str, list[str]]:
     """(the sentence to glue, its clauses) for where speculation stops paying
-    (:func:`metrics.crossover_batch`, :func:`findings.crossover_sentences`)."""
-    parts = findings.crossover_sentences(metrics.crossover_batch(summary))
+    (:func:`metrics.crossover_batch`, :func:`findings.crossover_sentences`). ``spread``: the
+    methods whose step moves with the host, with their control panel's largest move between
+    leases (:func:`protocol.moved_spread`); such a method's configuration whose speedup lies
+    within half that move of 1 at some batch gets no verdict: its range instead."""
+    cross = metrics.crossover_batch(summary)
+    spread = dict(spread or {})
+    parts = []
+    for r, clause in zip(cross.itertuples(), findings.crossover_sentences(cross)):
+        if r.method in spread:
+            g = summary[summary["speedup_status"] == "ok"]
+            for k in ("profile", "method", "num_speculative_tokens", "workload", "temperature",
+                      "compilation", "acceptance_alpha"):  # metrics.crossover_batch's keys
+                v = getattr(r, k)
+                g = g[g[k].isna()] if pd.isna(v) else g[g[k] == v]
+            g = g.sort_values("batch_size")
+            half = spread[r.method] / 2
+            if ((g["speedup"] - 1).abs() <= half).any():
+                clause = (f"{r.method} (K = {r.num_speculative_tokens}, {r.workload}) on "
+                          f"`{r.profile}` ran at " + ", ".join(
+                              f"{s:.2f}×" for s in g["speedup"]) + " at batch " + ", ".join(
+                              str(int(b)) for b in g["batch_size"]) + f": within its host "
+                          f"spread (±{half:.0%}) of no speculation, so where it stops paying "
+                          f"depends on the host")
+        parts.append(clause)
     return ("; ".join(parts) if parts else findings.NO_CROSSOVER), parts
 
 
@@ -366,25 +389,24 @@ def measured_break_even(profile: str = "h200-surface-v2", k: int = 4,
 def dynamic_k_sentence(profile: str = "h200-surface-v2",
                        results_root: Path | str | None = None) -> str:
     """vLLM's dynamic K against the same fixed K on a stored surface
-    (:func:`surface.dynamic_vs_fixed`), in one sentence, led by the dynamic methods that did
+    (:func:`surface.dynamic_vs_fixed`), in whole sentences, led by the dynamic methods that did
     not start (:func:`failures`); says so where nothing is stored."""
     table = surface_table(profile, results_root)
     pairs = surface.dynamic_k_methods(load_profile(profile))
     failed = failures(profile, list(pairs), results_root) if pairs else pd.DataFrame()
     broke = "".join(
-        f"in vLLM {g['vllm_version'].iloc[0]}, `{m}` did not start (`{g['exception'].iloc[0]}`); "
+        f"In vLLM {g['vllm_version'].iloc[0]}, `{m}` did not start (`{g['exception'].iloc[0]}`). "
         for m, g in failed.groupby("method")) if len(failed) else ""
-    if table is None or not pairs:
-        return f"{broke}vLLM's dynamic K has not been measured in `{profile}` yet."
-    dyn = surface.dynamic_vs_fixed(table, pairs).dropna(subset=["dynamic_over_fixed"])
+    dyn = (surface.dynamic_vs_fixed(table, pairs).dropna(subset=["dynamic_over_fixed"])
+           if table is not None and pairs else pd.DataFrame())
     if dyn.empty:
-        return f"{broke}vLLM's dynamic K has not been measured in `{profile}` beside fixed K yet."
+        return f"{broke}vLLM's dynamic K is not measured beside fixed K in `{profile}` yet."
     modes = ", ".join(sorted(set(dyn["cudagraph_mode"].dropna()))) or "not recorded"
-    return (f"{broke}measured on the H200 (`{profile}`), vLLM's dynamic K ran at a median "
+    return (f"{broke}Measured on the H200 (`{profile}`), vLLM's dynamic K ran at a median "
             f"{dyn['dynamic_over_fixed'].median():.2f}× of the speed of the same fixed K "
             f"({dyn['dynamic_over_fixed'].min():.2f}× to {dyn['dynamic_over_fixed'].max():.2f}× "
             f"over {len(dyn)} cells; CUDA graph mode {modes} with a schedule"
-            f"{runner_note(dyn)})")
+            f"{runner_note(dyn)}).")
 
 
 def dynamic_runners(dyn: pd.DataFrame) -> tuple[str, str]:
@@ -449,6 +471,77 @@ def failure_sentence(failed: pd.DataFrame, what: str, upstream: str = "") -> str
              else f" ({len(excs)} different errors)" if excs else "")
     return (f"In vLLM {versions}, {what} did not run: {len(failed)} cell(s) of it failed "
             f"{when} (lease {leases}){cause}.{' ' + upstream if upstream else ''}")
+
+
+def answer_section(profile: str, k: int = 4, alpha: float = 0.8,
+                   results_root: Path | str | None = None, batches: Sequence[int] = (1, 16, 64),
+                   draft: str = "draft-1b", head: str = "eagle3"
+                   ) -> tuple[pd.DataFrame | None, dict[str, str]]:
+    """The conclusions' opening answer from a protocol-2 campaign: its answer table
+    (:func:`protocol.answer`, None where nothing is stored) and the sentences glued around it:
+    ``answer_k_note`` (where the table reads the best K), ``answer_head`` and ``answer_1b`` (the
+    head's and the separate draft's speedups at set ``alpha``, best measured K where swept),
+    ``answer_1b_hosts`` (the draft's control-panel cell from host to host), ``answer_1b_norm``
+    and ``answer_1b_norm_verdict`` (its K sweep read as on one host, :func:`protocol.one_host`)."""
+    from . import protocol
+    from .claims import published
+
+    root = Path(results_root) if results_root else None
+    runs = store.load_runs(profile, root)
+    panel_runs = protocol.load_panels(profile)
+    panel_cells = protocol.cells(panel_runs) if len(panel_runs) else None
+    panel = protocol.panel_table(panel_cells) if panel_cells is not None else None
+    users = protocol.users_speedups(profile, root, runs=runs, panel_runs=panel_runs)
+    table = protocol.answer(profile, published.table(), users=users, panel=panel)
+    swept = table is not None and table.astype(str).apply(
+        lambda col: col.str.contains("at K =")).any().any()
+    glue = {"answer_k_note": (
+        "Where *K* was swept, the speedup is at the best measured *K* (the cell names it); "
+        f"elsewhere at *K* = {k}." if swept else
+        f"At *K* = {k}: the best *K* under this protocol is not measured yet (its *K* sweep is "
+        "pending).")}
+
+    def reads(rows, method):
+        got = [(b, protocol.best_read(rows, method, alpha, b, k)) for b in batches]
+        got = [(b, r) for b, r in got if r is not None]
+        if not got:
+            return "is not measured yet"
+        return ("ran at " + " / ".join(f"{r['speedup_cost']:.2f}×" for _, r in got)
+                + f" the speed of no speculation at set α = {alpha:g} (batch "
+                + " / ".join(str(b) for b, _ in got)
+                + (", best measured *K*" if any(r["swept"] for _, r in got) else f", *K* = {k}")
+                + ")")
+
+    glue["answer_head"] = reads(users[0], head) if users is not None else "is not measured yet"
+    glue["answer_1b"] = reads(users[0], draft) if users is not None else "is not measured yet"
+    # the same panel cell in every lease's control panel: what it gave from host to host
+    rng = (protocol.panel_range(protocol.panel_speedups(panel_cells, protocol.cells(runs)), draft)
+           if panel_cells is not None and len(runs) else None)
+    glue["answer_1b_hosts"] = "not measured yet" if rng is None or rng.empty else (
+        "; ".join(f"{r.low:.2f}× to {r.high:.2f}× at batch {r.batch_size}"
+                  for r in rng.itertuples())
+        + f" (its control-panel cell, *K* = {k}, set α = {alpha:g}, in "
+        f"{int(rng['panels'].max())} panels of {int(rng['leases'].max())} leases on "
+        f"{int(rng['gpus'].max())} GPUs)")
+    # the draft's K sweep read as on the median panel host: the table's "on one host" row
+    one = protocol.one_host(users[0], panel, users[1]) if users is not None else None
+    mine = (one[(one["method"] == draft) & (one["acceptance_alpha"] == alpha)]
+            if one is not None and len(one) else pd.DataFrame())
+    norm = [(b, r) for b in (sorted(set(mine["batch_size"])) if len(mine) else [])
+            if (r := protocol.best_read(one, draft, alpha, b, k)) is not None]
+    glue["answer_1b_norm"] = "; ".join(
+        f"at batch {b}, " + best_k_phrase(r["num_speculative_tokens"], r["speedup_cost"],
+                                          r["overlaps"]) for b, r in norm) or "not measured yet"
+    # the K whose whole interval, on one host, lies above no speculation
+    above = {int(b): sorted(int(x) for x in g.loc[g["speedup_cost_ci_low"] > 1,
+                                                  "num_speculative_tokens"])
+             for b, g in mine.groupby("batch_size")} if len(mine) else {}
+    glue["answer_1b_norm_verdict"] = "" if not above else (
+        "On one host its interval lay wholly above no speculation " + "; ".join(
+            f"at batch {b} for *K* = {', '.join(map(str, ks))}" if ks else
+            f"at batch {b} for no *K*" for b, ks in above.items()) + ".")
+    glue["answer_alpha"] = f"{alpha:g}"
+    return table, glue
 
 
 # --------------------------------------------------------------------------- #

@@ -120,17 +120,68 @@ def self_draft_sentence(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
             f"batch {int(best['batch_size'])}), although it costs a full target pass per token")
 
 
-def lossless_headline(lossless: pd.DataFrame | None, bold: bool = True) -> str:
-    """Whether greedy speculation reproduced the baseline wherever it was compared."""
-    compared = (lossless[lossless["status"] == "compared"]
-                if lossless is not None and len(lossless) else None)
-    if compared is None or compared.empty:
+def lossless_headline(tally: pd.DataFrame, bold: bool = True) -> str:
+    """Whether greedy speculation reproduced its baseline wherever it was compared, per dtype
+    (:func:`lossless_tally`): exact arithmetic makes it lossless, a dtype whose verification
+    pass rounds otherwise than single-token decoding need not be."""
+    if tally.empty:
         text = "losslessness was not checked yet"
-    elif bool(compared["identical_to_baseline"].all()):
-        text = "greedy speculation was lossless where it was checked"
     else:
-        text = "greedy speculation was not lossless everywhere it was checked"
+        by = tally.groupby("dtype")[["cells", "identical"]].sum()
+        held = [d for d, r in by.iterrows() if r["identical"] == r["cells"]]
+        broke = [d for d in by.index if d not in held]
+        if not broke:
+            text = "greedy speculation was lossless where it was checked"
+        elif held:
+            text = (f"greedy speculation was lossless in {', '.join(held)} where it was "
+                    f"checked, not always in {', '.join(broke)}")
+        else:
+            text = "greedy speculation was not lossless everywhere it was checked"
     return f"**{_cap(text)}**" if bold else text
+
+
+def lossless_tally(root: Path | None = None) -> pd.DataFrame:
+    """Losslessness over every campaign with stored greedy outputs of real speculation (set
+    acceptance and non-speculative controls left out: neither is meant to match), one row per
+    dtype and hardware: the campaigns, the cells compared and those identical to their
+    baseline token for token (:func:`specdec.metrics.losslessness`)."""
+    from . import metrics, profiles, store
+
+    rows = []
+    for name in profiles.list_profiles():
+        prof = profiles.load_profile(name)
+        if prof.reference_only or prof.superseded_by:
+            continue
+        tokens = store.load_tokens([name], root=Path(root) if root is not None else None)
+        if tokens.empty:
+            continue
+        spec = {m.name for m in prof.methods if m.speculative is not None}
+        cells = metrics.losslessness(tokens)
+        cells = cells[(cells["status"] == "compared") & cells["method"].isin(spec)]
+        if len(cells):
+            setting = comparability.profile_setting(name)
+            rows.append({"dtype": prof.engine.dtype,
+                         "hardware": setting.hardware if setting else prof.hardware.kind,
+                         "campaign": name, "cells": len(cells),
+                         "identical": int(cells["identical_to_baseline"].sum())})
+    per = pd.DataFrame(rows, columns=["dtype", "hardware", "campaign", "cells", "identical"])
+    return (per.groupby(["dtype", "hardware"], as_index=False)
+            .agg(campaigns=("campaign", ", ".join), cells=("cells", "sum"),
+                 identical=("identical", "sum")))
+
+
+def lossless_sentence(tally: pd.DataFrame) -> str:
+    """:func:`lossless_tally` in one clause per dtype, float32 first: how many greedy
+    speculative cells reproduced their baseline token for token, in which campaigns."""
+    if tally.empty:
+        return "no greedy speculative output is stored yet"
+    parts = []
+    for dtype, g in sorted(tally.groupby("dtype"), key=lambda x: x[0] != "float32"):
+        where = "; ".join(f"`{r.campaigns.replace(', ', '`, `')}` on {r.hardware}"
+                          for r in g.itertuples())
+        parts.append(f"in {dtype}, {int(g['identical'].sum())} of {int(g['cells'].sum())} "
+                     f"greedy speculative cells ({where})")
+    return "; ".join(parts)
 
 
 def acceptance_falls_with_k(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:
@@ -209,8 +260,11 @@ def _trend(cells: pd.DataFrame) -> tuple[int, int, list[str]]:
 
 
 def _trend_verdict(lower: int, total: int) -> str:
-    return ("lower at the largest batch than at the smallest in every configuration"
+    return ("lower at the largest batch than at the smallest in the one configuration"
+            if lower == total == 1 else
+            "lower at the largest batch than at the smallest in every configuration"
             if lower == total else
+            "not lower at the largest batch in the one configuration" if total == 1 else
             "not lower at the largest batch in any configuration" if lower == 0 else
             f"lower at the largest batch in {lower} of {total} configurations")
 
@@ -325,8 +379,8 @@ def methods_measured(vllm_methods=("eagle", "eagle3", "medusa", "mtp"),
     seen: dict[str, dict[str, tuple[set, int]]] = {}  # family -> profile -> (origins, cells)
     for name in profiles.list_profiles():
         setting = comparability.profile_setting(name)
-        if setting is None:
-            continue
+        if setting is None or profiles.load_profile(name).superseded_by:
+            continue  # a superseded campaign keeps only what a chapter compares it with
         wanted = [m for m, v in setting.methods.items() if v in vllm_methods]
         if not wanted:
             continue
