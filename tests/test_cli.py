@@ -67,8 +67,29 @@ def test_a_gpu_profile_is_not_measured_on_another_gpu(tmp_path, capsys, monkeypa
         peer.run(prof, "peer-check", results_root=tmp_path / "peer")
     assert cli.main(["run", "h200-surface-v2", "-e", "dynamic-k-1b", "--dry-run",
                      "--results-root", str(tmp_path / "results")]) == 0
-    for name in ("NVIDIA H200", "cpu"):
-        prof.refuse_other_gpu(name)  # no error
+    prof.refuse_other_gpu("NVIDIA H200")  # no error
+    profiles.load_profile("cpu-smollm2").refuse_other_gpu("cpu")  # no error
+
+
+def test_a_gpu_profile_is_not_measured_where_no_gpu_is_visible(tmp_path, capsys, monkeypatch):
+    """On a machine without a GPU a GPU profile stores nothing (each cell would be stored as a
+    failure, and the regeneration would open a pull request with them); so does any profile
+    where vllm cannot be imported (the book's environment)."""
+    import importlib.util
+
+    from specdec import runner
+
+    monkeypatch.setattr(runner, "gpu", lambda: ("cpu", None))
+    code = cli.main(["run", "h200-surface-v2", "--results-root", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    assert code != 0 and "nvidia-smi sees none" in err and "--dry-run" in err
+    assert not (tmp_path / "results").exists()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))
+    code = cli.main(["run", "cpu-smollm2", "--force", "--results-root", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    assert code != 0 and "vllm cannot be imported here" in err
+    assert not (tmp_path / "results").exists()
 
 
 def test_dry_run_of_a_good_profile_lists_its_cells(tmp_path, capsys):
@@ -199,3 +220,10 @@ def test_env_without_an_action_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["env"])
     assert e.value.code == 2 and "ACTION" in capsys.readouterr().err
+
+
+def test_panel_of_an_unknown_profile_says_so(capsys):
+    assert cli.main(["panel", "nonexistent"]) != 0
+    assert "unknown profile 'nonexistent'" in capsys.readouterr().err
+    assert cli.main(["panel", "h200-surface-v2"]) == 0
+    assert "2026-12-05-h200-21" in capsys.readouterr().out

@@ -230,6 +230,14 @@ def test_devicetime_pending_prices_the_cells_not_stored_and_the_panel_once(monke
     assert prof.experiment("dynamic-k-default-runner").record
     assert est.loc["dynamic-k-default-runner", "cells"] == 0
     assert runner.status(prof)["dynamic-k-default-runner"]["failed"] == 4
+    # ... and the scheduled regeneration agrees: they are not stale, the pending cells are
+    from specdec import regenerate
+
+    stale = regenerate.stale_cells(prof)
+    kept = {pc.cell_id for pc in runner.plan(prof, ["dynamic-k-default-runner"]) if not pc.will_run}
+    assert len(kept) == 6 and not kept & set(stale)
+    assert len(stale) == sum(int(est.loc[n, "cells"]) for n in est.index
+                             if n not in ("(all)", "panel (every lease)", "panel"))
     # ... unless forced, and a record experiment's missing cell is measured like any other
     assert sum(pc.will_run for pc in runner.plan(prof, ["dynamic-k-default-runner"], force=True)) == 6
     monkeypatch.setattr(runner.store, "cell_status", lambda *a, **k: "missing")

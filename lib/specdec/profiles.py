@@ -345,7 +345,13 @@ class Profile(_Schema):
         """Raise before anything is measured where this machine's GPU (``device_name``, as
         nvidia-smi names it; "cpu" where none is visible) is another model than the one the
         profile's label names: its rows would be stored as that GPU's. (The device tool may
-        lend an H100 for a call that asks for an H200.)"""
+        lend an H100 for a call that asks for an H200.) A GPU profile on a machine with no
+        GPU is refused too: every cell would be stored as a failure."""
+        if self.hardware.kind == "cuda" and device_name == "cpu":
+            raise ProfileError(
+                f"{self.name} measures on a GPU ({self.hardware.label}), and nvidia-smi sees "
+                f"none on this machine: nothing was started or written (`specdec run "
+                f"{self.name} --dry-run` shows what would run)")
         want, got = self.hardware.gpu_model(), gpu_model(device_name)
         if want and got and want != got:
             raise ProfileError(

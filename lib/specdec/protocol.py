@@ -950,6 +950,9 @@ def old_rows_explained(old_summary: pd.DataFrame, new_cells: pd.DataFrame,
 # CLI: specdec panel
 # --------------------------------------------------------------------------- #
 def _cmd_panel(args) -> int:
+    from .profiles import load_profile
+
+    load_profile(args.profile)  # an unknown profile: ProfileError naming the known ones
     rows = load_panels(args.profile, args.panels_root)
     table = panel_table(cells(rows)) if len(rows) else rows
     if table.empty:

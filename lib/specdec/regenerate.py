@@ -73,7 +73,8 @@ def stale_cells(profile, experiments: Sequence[str] | None = None,
     out: dict[str, list[str]] = {}
     for pc in runner.plan(prof, experiments, results_root=results_root):
         if pc.status != "ok":
-            out[pc.cell_id] = [pc.status]  # missing | failed
+            if pc.will_run:  # a failure kept as the record (Experiment.record) is not stale
+                out[pc.cell_id] = [pc.status]  # missing | failed
             continue
         g = by_cell[pc.cell_id]
         why = []

