@@ -299,3 +299,18 @@ def test_best_k_phrase_names_the_ties_inside_the_interval():
     assert chapters.best_k_phrase(2, 1.375, [1]) == "*K* = 2 (1.38×, a tie with *K* = 1)"
     assert chapters.best_k_phrase(1, 1.04, [2, 3]) == "*K* = 1 (1.04×, a tie with *K* = 2, 3)"
     assert chapters.best_k_phrase(6, 2.46, []) == "*K* = 6 (2.46×)"
+
+
+def test_draft_cost_sentences_read_the_smallest_batch_at_the_articles_highest_acceptance():
+    article = pd.DataFrame({"claim": ["C7", "C8"], "draft": ["A", "B"],
+                            "acceptance (article says)": [0.68, 0.72]})
+    cost = pd.DataFrame({"method": ["d1", "d1", "d2"], "params": ["1B", "1B", "2B"],
+                         "runner": "V1", "batch": [1, 16, 1],
+                         "step in baseline steps": [1.5, 2.0, 1.2],
+                         "break-even α": [0.6, 0.7, float("nan")],
+                         "at C7 (A, 68 %)": [1.1, 1.0, 1.2], "at C8 (B, 72 %)": [1.2, 1.1, float("nan")]})
+    said = chapters.draft_cost_sentences(cost, article)
+    assert said == {"gpu_draft_cost": "d1 (1B) 1.50; d2 (2B) 1.20",
+                    "gpu_draft_be": "d1 α ≈ 0.60; d2 does not break even within the measured α",
+                    "gpu_draft_at": "d1 1.20× (C8, B's 72 %)", "gpu_draft_batch": "1"}
+    assert set(chapters.draft_cost_sentences(cost.iloc[0:0], article).values()) == {book.NOT_MEASURED}

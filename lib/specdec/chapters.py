@@ -274,6 +274,33 @@ def draft_cost_table(table: pd.DataFrame | None, drafts: Sequence[str], k: int,
     return pd.DataFrame(rows, columns=columns)
 
 
+def draft_cost_sentences(cost: pd.DataFrame, article: pd.DataFrame) -> dict[str, str]:
+    """The sentences of :func:`draft_cost_table` at its smallest batch, by glue name: each
+    draft's step in baseline steps (``gpu_draft_cost``), its break-even acceptance
+    (``gpu_draft_be``), its speedup at the highest acceptance the article claims for a draft
+    (``gpu_draft_at``; ``article``: the claims' rows with ``claim``, ``draft`` and ``acceptance
+    (article says)``, labelled as :func:`draft_cost_table`'s rates) and the batch
+    (``gpu_draft_batch``); :data:`book.NOT_MEASURED` each where nothing is measured."""
+    keys = ("gpu_draft_cost", "gpu_draft_be", "gpu_draft_at", "gpu_draft_batch")
+    if cost.empty:
+        return dict.fromkeys(keys, book.NOT_MEASURED)
+    b1 = cost[cost["batch"] == cost["batch"].min()]
+    top = article.loc[article["acceptance (article says)"].idxmax()]
+    pct = f"{100 * top['acceptance (article says)']:.0f} %"
+    best = f"at {top['claim']} ({top['draft']}, {pct})"
+    return {
+        "gpu_draft_cost": "; ".join(f"{r['method']} ({r['params']}) {r['step in baseline steps']:.2f}"
+                                    for _, r in b1.iterrows()),
+        "gpu_draft_be": "; ".join(
+            f"{r['method']} α ≈ {r['break-even α']:.2f}" if pd.notna(r["break-even α"])
+            else f"{r['method']} does not break even within the measured α"
+            for _, r in b1.iterrows()),
+        "gpu_draft_at": "; ".join(f"{r['method']} {r[best]:.2f}×" for _, r in b1.iterrows()
+                                  if pd.notna(r[best]))
+        + f" ({top['claim']}, {top['draft']}'s {pct})",
+        "gpu_draft_batch": f"{int(cost['batch'].min())}"}
+
+
 def acceptance_range(cells: pd.DataFrame) -> str:
     """From the lowest to the highest measured acceptance among speculative ``cells``, each
     with its method, campaign and speedup."""
