@@ -230,3 +230,12 @@ def test_pending_experiments_are_those_a_lease_would_still_measure(tmp_path):
     assert "dynamic-k-eagle3" in pending
     assert "dynamic-k-default-runner" not in pending  # failed, but kept as the record
     assert "k-sweep" in book.pending_experiments("h200-surface-v2", tmp_path)
+
+def test_pending_clause_names_what_is_pending_or_says_nothing():
+    some = "{names} {are} not measured yet"
+    assert book.pending_clause("h200-surface-v2", some, "done", ["k-sweep", "surface-k4"]) == "done"
+    assert book.pending_clause("h200-surface-v2", some, experiments=["dynamic-k-1b"]) == \
+        "`dynamic-k-1b` is not measured yet"
+    assert book.pending_clause("h200-surface-v2", some, experiments=[
+        "dynamic-k-1b", "standard-vs-synthetic", "k-sweep"]) == \
+        "`dynamic-k-1b` and `standard-vs-synthetic` are not measured yet"

@@ -369,6 +369,20 @@ def pending_experiments(profile: str, results_root: str | Path | None = None) ->
             if any(pc.will_run for pc in runner.plan(prof, [e.name], results_root=root))]
 
 
+def pending_clause(profile: str, some: str, none: str = "",
+                   experiments: Sequence[str] | None = None,
+                   results_root: str | Path | None = None) -> str:
+    """``some`` with ``{names}`` (the :func:`pending_experiments` of ``profile``, among
+    ``experiments`` if given, as "`a`, `b` and `c`") and ``{are}`` ("is" or "are") filled in, or
+    ``none`` where nothing is pending: a chapter's "as its rows land" clause, from the rows."""
+    names = [f"`{e}`" for e in pending_experiments(profile, results_root)
+             if experiments is None or e in experiments]
+    if not names:
+        return none
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return some.format(names=listed, are="is" if len(names) == 1 else "are")
+
+
 def pending_list(profiles: Sequence[str], results_root: str | Path | None = None) -> str:
     """Markdown: a line per experiment of each profile with cells not measured yet or failed
     (:func:`pending_sentence` in detail), or that every experiment is measured. An experiment's
@@ -526,3 +540,9 @@ def glue_md(name: str, text: str) -> None:
     from myst_nb import glue
 
     glue(name, Markdown(text), display=False)
+
+
+def glue_all(texts: Mapping[str, str]) -> None:
+    """:func:`glue_md` every ``name: text`` of a chapter function's sentences."""
+    for name, text in texts.items():
+        glue_md(name, text)
