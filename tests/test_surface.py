@@ -173,6 +173,10 @@ def test_best_k_ties_within_the_interval_or_the_spread_of_another_lease():
     clear = surface.best_k(rows[rows["num_speculative_tokens"] != 2], min_ks=4).iloc[0]
     assert not clear["tie"] and clear["runner_up_speedup"] == pytest.approx(0.85)
     assert surface.best_k(rows[rows["num_speculative_tokens"] < 5]).empty  # four K: no sweep
+    from specdec import chapters
+    view = chapters.best_k_view(surface.best_k(rows, spread=pd.Series({"d": 0.3})))
+    assert view.loc[("d", 1), "α = 0.8"] == "3 (≈ 2; ~ 1)"
+    assert chapters.best_k_view(surface.best_k(rows.iloc[0:0])).empty
 
 
 def test_k_sweep_marks_the_cell_of_another_lease_and_the_panels_own():

@@ -110,6 +110,25 @@ def optimal_k_table(summary: pd.DataFrame, fit: theory.FitResult, best_k: pd.Dat
 # --------------------------------------------------------------------------- #
 # batch_scaling
 # --------------------------------------------------------------------------- #
+def best_k_view(best: pd.DataFrame) -> pd.DataFrame:
+    """:func:`surface.best_k` as the k_sweep chapter's table: a row per method and batch, a
+    column per set α, each cell the best K and the K it ties with: inside its interval (≈), or
+    read in another lease within the method's spread between panels (~)."""
+    if not len(best):
+        return pd.DataFrame()
+
+    def cell(r):
+        ties = ([f"≈ {', '.join(map(str, r['overlaps']))}"] if r["overlaps"] else []) + (
+            [f"~ {', '.join(map(str, r['within_spread']))}"] if r["within_spread"] else [])
+        return f"{r['best_k']}" + (f" ({'; '.join(ties)})" if ties else "")
+
+    view = (best.assign(cell=best.apply(cell, axis=1))
+            .pivot(index=["method", "batch_size"], columns="acceptance_alpha", values="cell"))
+    view.columns = [f"α = {a:g}" for a in view.columns]
+    view.index = view.index.set_names(["method", "batch"])
+    return view.fillna("–")
+
+
 def article_batch_table(claimed: pd.DataFrame) -> pd.DataFrame:
     """The article's batch table (``claimed``: :func:`book.article_claims` rows of C18-C20)
     with the baseline throughput per request its own numbers give."""
