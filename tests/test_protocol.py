@@ -552,7 +552,7 @@ def test_lease_steps_leave_out_one_lease_and_span_the_rest():
                                                  ("e", "L2", 1, "start", 5.0)]])
     view, phrase = protocol.lease_steps(panel, "d", exclude_lease="L1")
     assert list(view.index) == ["L2", "L3"] and set(view.columns) == {"batch 1, start", "batch 16, end"}
-    assert phrase == "25.0 to 30.0 ms over 2 panel cells of 2 other leases"
+    assert phrase == "25.0 to 30.0 ms per step over 2 panel cells of 2 other leases"
     assert protocol.lease_steps(panel, "x")[1] == "not measured"
 
 

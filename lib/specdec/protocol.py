@@ -1013,7 +1013,7 @@ def lease_steps(panel: pd.DataFrame, method: str, exclude_lease: str | None = No
                          sort=False)
     view.columns = [f"batch {b}, {ph}" for b, ph in view.columns]
     view.index.name = "lease"
-    return view, (f"{d['step_ms'].min():.1f} to {d['step_ms'].max():.1f} ms over {len(d)} "
+    return view, (f"{d['step_ms'].min():.1f} to {d['step_ms'].max():.1f} ms per step over {len(d)} "
                   f"panel cells of {d['lease_id'].nunique()} other leases")
 
 
