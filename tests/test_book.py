@@ -212,8 +212,30 @@ def test_pending_sentence_counts_what_is_not_measured(tmp_path):
 def test_pending_list_names_each_experiment_with_its_missing_and_failed_cells(tmp_path):
     lines = book.pending_list(["h200-surface-v2"]).splitlines()
     # lease 20: EAGLE-3's dynamic K on its default runner failed at engine start, 4 cells
-    assert ("- `h200-surface-v2`, `dynamic-k-default-runner`: 2 cells measured, 0 not measured "
-            "yet, 4 failed (vLLM did not run them; kept as the record, not measured again)") in lines
+    assert ("- `h200-surface-v2`, `dynamic-k-default-runner`: 0 of 4 cells of `eagle3-dynk` "
+            "measured, 4 failed (vLLM did not run them; kept as the record, not measured again); "
+            "the 2 baseline cells beside them (shared with other experiments): all measured") in lines
+    # the shared baselines are not counted as the experiment's own measured cells
+    dyn = next(line for line in lines if "`dynamic-k-eagle3`" in line)
+    assert dyn.startswith("- `h200-surface-v2`, `dynamic-k-eagle3`: 0 of 8 cells of `eagle3-dynk-v1`")
     assert not any("`surface-k4`" in line for line in lines)  # measured in full
     empty = book.pending_list(["h200-surface-v2"], tmp_path)  # no rows: every experiment listed
-    assert "`surface-k4`: 0 cells measured" in empty and "failed" not in empty
+    assert "`surface-k4`: 0 of " in empty and "failed" not in empty
+    assert "baseline cells beside them (shared with other experiments): 0 measured" in empty
+
+
+def test_pending_experiments_are_those_a_lease_would_still_measure(tmp_path):
+    pending = book.pending_experiments("h200-surface-v2")
+    assert "k-sweep" not in pending and "surface-k4" not in pending  # measured in full
+    assert "dynamic-k-eagle3" in pending
+    assert "dynamic-k-default-runner" not in pending  # failed, but kept as the record
+    assert "k-sweep" in book.pending_experiments("h200-surface-v2", tmp_path)
+
+def test_pending_clause_names_what_is_pending_or_says_nothing():
+    some = "{names} {are} not measured yet"
+    assert book.pending_clause("h200-surface-v2", some, "done", ["k-sweep", "surface-k4"]) == "done"
+    assert book.pending_clause("h200-surface-v2", some, experiments=["dynamic-k-1b"]) == \
+        "`dynamic-k-1b` is not measured yet"
+    assert book.pending_clause("h200-surface-v2", some, experiments=[
+        "dynamic-k-1b", "standard-vs-synthetic", "k-sweep"]) == \
+        "`dynamic-k-1b` and `standard-vs-synthetic` are not measured yet"

@@ -232,6 +232,27 @@ def test_dynamic_k_sentence_from_the_committed_rows_and_without_rows(tmp_path):
         "vLLM's dynamic K is not measured beside fixed K in `h200-surface-v2` yet.")
 
 
+def test_dynamic_k_section_says_one_thing_when_nothing_is_measured_and_reads_the_rows_when_it_is():
+    table = chapters.surface_table("h200-surface-v2", None)
+    empty = table[~table["method"].str.contains("dynk")]
+    dyn, text = chapters.dynamic_k_section(empty, "h200-surface-v2", "eagle3-dynk")
+    assert dyn.empty and set(text) == {"dyn_failed", "dyn_text", "sum_dyn"}
+    assert text["dyn_text"].startswith("No dynamic-*K* cell is measured yet")
+    assert "`dynamic-k-eagle3`, `dynamic-k-1b`" in text["dyn_text"]
+    assert "ZeroDivisionError" in text["sum_dyn"] and "4 cell(s)" in text["dyn_failed"]
+    assert not any("not measured*" in t for t in text.values())  # no placeholder
+    row = dict(acceptance_alpha=0.8, batch_size=1, runner="V1", cudagraph_mode="PIECEWISE")
+    rows = pd.DataFrame([
+        dict(row, method="eagle3-dynk-v1", num_speculative_tokens=5, speedup=1.8,
+             spec_num_draft_tokens=500, spec_num_drafts=100),
+        dict(row, method="eagle3", num_speculative_tokens=5, speedup=2.0, runner="V2",
+             cudagraph_mode="FULL", spec_num_draft_tokens=500, spec_num_drafts=100)])
+    dyn, text = chapters.dynamic_k_section(rows, "h200-surface-v2", "eagle3-dynk")
+    assert len(dyn) == 1 and "Over 1 cells, the dynamic schedule ran at a median 0.90×" in text["dyn_text"]
+    assert "`eagle3-dynk-v1` (V1): PIECEWISE) against FULL" in text["dyn_text"]
+    assert text["sum_dyn"].startswith("vLLM's dynamic *K* ran at 0.90× of the same fixed *K*")
+
+
 def test_failures_name_the_root_cause_from_the_stored_error_tail():
     # lease 20: EAGLE-3 with a dynamic-K schedule on V2 (vLLM 0.26) failed at engine start
     failed = chapters.failures("h200-surface-v2", ["eagle3-dynk"])

@@ -531,3 +531,43 @@ def test_panel_spread_of_a_profile_without_panels_is_empty(tmp_path):
     assert set(protocol.moved_spread(stored)) == set(protocol.moved_methods(stored)) \
         and "baseline" not in protocol.moved_spread(stored) and protocol.moved_spread(None) == {}
     assert protocol.stored_panel("h200-surface-v2", tmp_path) is None
+
+
+def test_cost_vs_realised_summary_is_per_method_and_runner():
+    cvr = pd.DataFrame({"method": ["a", "a", "b"], "runner": ["V2", "V2", "V1"],
+                        "realised_over_cost": [0.01, -0.03, 0.002],
+                        "draw_deviation": [-0.02, 0.0, 0.01]})
+    out = protocol.cost_vs_realised_summary(cvr).set_index("method")
+    assert out.loc["a", "cells"] == 2 and out.loc["b", "cells"] == 1
+    assert out.loc["a", "realised vs cost: median |Δ|"] == pytest.approx(0.02)
+    assert out.loc["a", "realised vs cost: worst |Δ|"] == pytest.approx(0.03)
+    assert out.loc["a", "tokens per step vs expected: worst |Δ|"] == pytest.approx(0.02)
+
+
+def test_lease_steps_leave_out_one_lease_and_span_the_rest():
+    panel = pd.DataFrame([{"method": m, "lease_id": l, "batch_size": b, "panel_phase": ph,
+                           "step_ms": s}
+                          for m, l, b, ph, s in [("d", "L1", 1, "start", 20.0), ("d", "L1", 1, "end", 21.0),
+                                                 ("d", "L2", 1, "start", 30.0), ("d", "L3", 16, "end", 25.0),
+                                                 ("e", "L2", 1, "start", 5.0)]])
+    view, phrase = protocol.lease_steps(panel, "d", exclude_lease="L1")
+    assert list(view.index) == ["L2", "L3"] and set(view.columns) == {"batch 1, start", "batch 16, end"}
+    assert phrase == "25.0 to 30.0 ms per step over 2 panel cells of 2 other leases"
+    assert protocol.lease_steps(panel, "x")[1] == "not measured"
+
+
+def test_panel_steps_and_core_span_the_fastest_and_slowest_panel():
+    reps = pd.DataFrame([{"method": "eagle3", "batch_size": 16, "lease_id": l, "panel_phase": ph,
+                          "step_ms": s, "engine_cpu_share": c}
+                         for l, ph, s, c in [("L1", "start", 8.0, 0.5), ("L1", "start", 8.2, 0.5),
+                                             ("L2", "end", 9.0, 0.95), ("L2", None, 1.0, 0.1)]])
+    table, phrase = protocol.panel_steps_and_core(reps)
+    assert len(table) == 2
+    assert phrase == "from 8.10 ms at 0.50 CPU seconds per second to 9.00 ms at 0.95, over 2 panels"
+
+
+def test_lease_label_is_the_number_and_the_phase():
+    from specdec import plots_surface
+
+    assert plots_surface.lease_label("2026-12-03-h200-10", "start") == "10s"
+    assert plots_surface.lease_label("2026-12-01-h200", "end") == "2026-12-01-h200e"

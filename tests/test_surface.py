@@ -115,6 +115,25 @@ def test_lease_record_matches_the_rows(h200):
     assert first["engines"] >= 3 and 0 < first["engine_start_s"] < first["device_held_s"]
 
 
+def test_lease_cost_sentences_quote_best_and_worst_among_leases_whose_cells_remain():
+    row = dict(device="d", commit="c", calls=1, engine_start_s=60.0, **{"other work": ""})
+    spent = pd.DataFrame([
+        dict(row, lease="old", profile="p1", device_held_s=600.0, cells=100,
+             **{"superseded cells": 100}, engines=5),       # 10 a minute, all rows gone
+        dict(row, lease="mixed", profile="p1, p2", device_held_s=600.0, cells=30,
+             **{"superseded cells": 10}, engines=3),        # 2 a minute of remaining cells
+        dict(row, lease="new", profile="p2", device_held_s=600.0, cells=40,
+             **{"superseded cells": 0}, engines=4),
+        dict(row, lease="lost", profile="p2", device_held_s=60.0, cells=0,
+             **{"superseded cells": 0}, engines=0, **{"other work": "nothing landed"})])
+    text = leases.cost_sentences(spent)
+    assert text["lease_best"] == "4.0 (new: 40 cells from 4 engines, p2)"
+    assert text["lease_worst"] == "2.0 (mixed: 20 cells from 3 engines, p1, p2)"
+    assert "measured 170 cells (110 of them rows of a superseded protocol" in text["lease_total"]
+    assert text["lease_none"] == "lost: nothing landed"
+    assert set(leases.cost_sentences(spent.iloc[0:0]).values()) == {"not measured"}
+
+
 def test_lease_file_is_checked(tmp_path):
     bad = tmp_path / "leases.yaml"
     bad.write_text("- lease: x\n  device: y\n")
@@ -154,6 +173,10 @@ def test_best_k_ties_within_the_interval_or_the_spread_of_another_lease():
     clear = surface.best_k(rows[rows["num_speculative_tokens"] != 2], min_ks=4).iloc[0]
     assert not clear["tie"] and clear["runner_up_speedup"] == pytest.approx(0.85)
     assert surface.best_k(rows[rows["num_speculative_tokens"] < 5]).empty  # four K: no sweep
+    from specdec import chapters
+    view = chapters.best_k_view(surface.best_k(rows, spread=pd.Series({"d": 0.3})))
+    assert view.loc[("d", 1), "α = 0.8"] == "3 (≈ 2; ~ 1)"
+    assert chapters.best_k_view(surface.best_k(rows.iloc[0:0])).empty
 
 
 def test_k_sweep_marks_the_cell_of_another_lease_and_the_panels_own():
@@ -287,3 +310,23 @@ def test_speedup_at_interpolates_between_measured_alphas(h200):
     assert (mid["alpha_low"], mid["alpha_high"]) == (0.6, 0.7)
     assert mid["speedup"] == pytest.approx((curve[0.6] + curve[0.7]) / 2)
     assert math.isnan(surface.speedup_at(h200, "eagle3", 0.65, 4, 3)["speedup"])  # no batch 3
+
+
+def test_proposed_share_selects_on_each_rows_own_acceptance():
+    checks = pd.DataFrame([
+        _cell(0.5, method="ngram", draft_share=0.99), _cell(None, method="ngram", per_pos=[0.3, 0.1], draft_share=0.5),
+        _cell(0.8, method="eagle3", draft_share=1.0), _cell(1.0, method="ngram", draft_share=0.97),
+    ], index=[7, 3, 11, 0])  # an index that lines up with no other frame
+    assert sorted(surface.proposed_share(checks)) == [0.97, 0.99]  # not the standard-sampler cell
+
+
+def test_standard_vs_synthetic_claims_nothing_until_both_sides_are_stored():
+    syn = [dict(_cell(1.0, k=4, method="draft-1layer", batch=b), tok_s_median=110.0 * b)
+           for b in (1, 4)]
+    std = [dict(_cell(None, k=4, method="draft-1layer", batch=b, per_pos=[1.0] * 4), acceptance_rate=0.99,
+                tok_s_median=100.0 * b) for b in (1, 4)]
+    none, sentence = surface.standard_vs_synthetic(pd.DataFrame(syn), 4)
+    assert none is None and "Not measured yet" in sentence and "precision" not in sentence
+    out, sentence = surface.standard_vs_synthetic(pd.DataFrame(syn + std), 4)
+    assert list(out["synthetic / standard"]) == pytest.approx([1.1, 1.1])
+    assert "1.10 to 1.10 over 2 batch sizes" in sentence

@@ -357,23 +357,62 @@ def pending_sentence(profiles: Sequence[str], results_root: str | Path | None = 
             + ". `specdec status <profile>` lists them; they run with the same commands.")
 
 
-def pending_list(profiles: Sequence[str], results_root: str | Path | None = None) -> str:
-    """Markdown: a line per experiment of each profile with cells not measured yet or failed
-    (:func:`pending_sentence` in detail), or that every experiment is measured."""
+def pending_experiments(profile: str, results_root: str | Path | None = None) -> list[str]:
+    """The experiments of ``profile`` with cells that a lease would still measure (missing, or
+    failed outside a record experiment): what a chapter's "as its rows land" clause names."""
     from . import runner
     from .profiles import load_profile
+
+    root = Path(results_root) if results_root is not None else None
+    prof = load_profile(profile)
+    return [e.name for e in prof.experiments
+            if any(pc.will_run for pc in runner.plan(prof, [e.name], results_root=root))]
+
+
+def pending_clause(profile: str, some: str, none: str = "",
+                   experiments: Sequence[str] | None = None,
+                   results_root: str | Path | None = None) -> str:
+    """``some`` with ``{names}`` (the :func:`pending_experiments` of ``profile``, among
+    ``experiments`` if given, as "`a`, `b` and `c`") and ``{are}`` ("is" or "are") filled in, or
+    ``none`` where nothing is pending: a chapter's "as its rows land" clause, from the rows."""
+    names = [f"`{e}`" for e in pending_experiments(profile, results_root)
+             if experiments is None or e in experiments]
+    if not names:
+        return none
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return some.format(names=listed, are="is" if len(names) == 1 else "are")
+
+
+def pending_list(profiles: Sequence[str], results_root: str | Path | None = None) -> str:
+    """Markdown: a line per experiment of each profile with cells not measured yet or failed
+    (:func:`pending_sentence` in detail), or that every experiment is measured. An experiment's
+    counts are of its own methods' cells; the baselines beside them, which other experiments
+    share, are counted apart."""
+    from . import runner
+    from .profiles import BASELINE, load_profile
 
     root = Path(results_root) if results_root is not None else None
     lines = []
     for name in profiles:
         prof = load_profile(name)
-        for e, c in runner.status(prof, results_root=root).items():
-            if e == "(all)" or not (c["missing"] or c["failed"]):
+        for e in prof.experiments:
+            planned = runner.plan(prof, [e.name], results_root=root)
+            if all(pc.status == "ok" for pc in planned):
                 continue
-            line = f"- `{name}`, `{e}`: {c['ok']} cells measured, {c['missing']} not measured yet"
-            if c["failed"]:
-                kept = "; kept as the record, not measured again" if prof.experiment(e).record else ""
-                line += f", {c['failed']} failed (vLLM did not run them{kept})"
+            own = [pc for pc in planned if pc.cell.method != BASELINE]
+            base = [pc for pc in planned if pc.cell.method == BASELINE]
+            n = {s: sum(pc.status == s for pc in own) for s in ("ok", "missing", "failed")}
+            methods = ", ".join(f"`{m}`" for m in dict.fromkeys(pc.cell.method for pc in own))
+            line = f"- `{name}`, `{e.name}`: {n['ok']} of {len(own)} cells of {methods} measured"
+            if n["missing"]:
+                line += f", {n['missing']} not measured yet"
+            if n["failed"]:
+                kept = "; kept as the record, not measured again" if e.record else ""
+                line += f", {n['failed']} failed (vLLM did not run them{kept})"
+            if base:
+                b_ok = sum(pc.status == "ok" for pc in base)
+                line += (f"; the {len(base)} baseline cells beside them (shared with other "
+                         f"experiments): {'all' if b_ok == len(base) else b_ok} measured")
             lines.append(line)
     return "\n".join(lines) or "Every experiment of these campaigns is measured."
 
@@ -501,3 +540,9 @@ def glue_md(name: str, text: str) -> None:
     from myst_nb import glue
 
     glue(name, Markdown(text), display=False)
+
+
+def glue_all(texts: Mapping[str, str]) -> None:
+    """:func:`glue_md` every ``name: text`` of a chapter function's sentences."""
+    for name, text in texts.items():
+        glue_md(name, text)

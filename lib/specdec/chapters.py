@@ -110,6 +110,25 @@ def optimal_k_table(summary: pd.DataFrame, fit: theory.FitResult, best_k: pd.Dat
 # --------------------------------------------------------------------------- #
 # batch_scaling
 # --------------------------------------------------------------------------- #
+def best_k_view(best: pd.DataFrame) -> pd.DataFrame:
+    """:func:`surface.best_k` as the k_sweep chapter's table: a row per method and batch, a
+    column per set α, each cell the best K and the K it ties with: inside its interval (≈), or
+    read in another lease within the method's spread between panels (~)."""
+    if not len(best):
+        return pd.DataFrame()
+
+    def cell(r):
+        ties = ([f"≈ {', '.join(map(str, r['overlaps']))}"] if r["overlaps"] else []) + (
+            [f"~ {', '.join(map(str, r['within_spread']))}"] if r["within_spread"] else [])
+        return f"{r['best_k']}" + (f" ({'; '.join(ties)})" if ties else "")
+
+    view = (best.assign(cell=best.apply(cell, axis=1))
+            .pivot(index=["method", "batch_size"], columns="acceptance_alpha", values="cell"))
+    view.columns = [f"α = {a:g}" for a in view.columns]
+    view.index = view.index.set_names(["method", "batch"])
+    return view.fillna("–")
+
+
 def article_batch_table(claimed: pd.DataFrame) -> pd.DataFrame:
     """The article's batch table (``claimed``: :func:`book.article_claims` rows of C18-C20)
     with the baseline throughput per request its own numbers give."""
@@ -434,6 +453,69 @@ def dynamic_k_sentence(profile: str = "h200-surface-v2",
             f"({dyn['dynamic_over_fixed'].min():.2f}× to {dyn['dynamic_over_fixed'].max():.2f}× "
             f"over {len(dyn)} cells; CUDA graph mode {modes} with a schedule"
             f"{runner_note(dyn)}).")
+
+
+def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
+                      upstream: str = "", results_root: Path | str | None = None
+                      ) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The surface chapter's dynamic-K section: the dynamic cells beside fixed K
+    (:func:`surface.dynamic_vs_fixed` on ``table``, every stored row of the campaign) and its
+    sentences: ``dyn_failed`` (``default_method``, the schedule on its default runner, did not
+    start: :func:`failure_sentence`), ``dyn_text`` (the measured paragraph, or one sentence
+    saying that nothing is measured yet) and ``sum_dyn`` (the summary line)."""
+    prof = load_profile(profile)
+    failed = failures(profile, [default_method], results_root)
+    text = {"dyn_failed": failure_sentence(
+        failed, "EAGLE-3 with a dynamic-*K* schedule on its default runner (V2)", upstream)}
+    pairs = surface.dynamic_k_methods(prof)
+    dyn = surface.dynamic_vs_fixed(table, pairs)
+    if not len(dyn):
+        planned = [e.name for e in prof.experiments
+                   if set(e.methods) & (set(pairs) - {default_method})]
+        text["dyn_text"] = (
+            f"No dynamic-*K* cell is measured yet under this protocol: the experiments that "
+            f"measure the schedule on the V1 runner beside fixed *K* "
+            f"({', '.join(f'`{e}`' for e in planned) or 'none planned'}) are listed at the end "
+            f"of this chapter.")
+        text["sum_dyn"] = (
+            f"With a dynamic-*K* schedule EAGLE-3 does not start on its default runner in vLLM "
+            f"{failed['vllm_version'].iloc[0]} (`{failed['exception'].iloc[0]}`); on the V1 "
+            f"runner, the pin that lets it start, dynamic *K* is not measured yet."
+            if len(failed) else "vLLM's dynamic *K* is not measured yet under this protocol.")
+        return dyn, text
+    runner_of = (table.drop_duplicates("method").set_index("method")["runner"]
+                 if "runner" in table else pd.Series(dtype=object))
+    modes = "; ".join(
+        f"`{m}` ({runner_of.get(m, '?')}): "
+        f"{', '.join(sorted(set(g['cudagraph_mode'].dropna()))) or 'not recorded'}"
+        for m, g in dyn.groupby("method"))
+    fixed_modes = ", ".join(sorted(set(dyn["fixed_cudagraph_mode"].dropna()))) or "not recorded"
+    ratio = dyn["dynamic_over_fixed"].median()
+    verdict = ("switching the schedule on costs more on every step than it gains, so where the "
+               "batch size of a deployment is stable, the best fixed *K* for that batch is the "
+               "faster choice" if ratio < 0.97 else
+               "the schedule itself costs nothing measurable beside the same fixed *K*; what it "
+               "can gain is bounded by the best fixed *K* at each batch")
+    dyn_r, fix_r = dynamic_runners(dyn)
+    runners = (f"Here the dynamic cells ran on {dyn_r} and the fixed ones on {fix_r}: each "
+               f"ratio carries the runner." if dyn_r != fix_r else
+               f"Dynamic and fixed cells ran on the same runner ({dyn_r}).")
+    text["dyn_text"] = (
+        "So the schedule is measured with EAGLE-3 pinned to the V1 runner "
+        "(`VLLM_USE_V2_MODEL_RUNNER=0`), on which the study's first protocol ran it; the 1B draft "
+        "runs on V1 by default. V1 turns full CUDA graphs off when a schedule is set (its log "
+        "says \"for reliability\"). A user who switches the schedule on for EAGLE-3 in this "
+        "version therefore changes the runner and the graph mode with it, and the ratios below "
+        f"are that whole change, set beside fixed *K* on the runner vLLM picks. {runners}\n\n"
+        f"Over {len(dyn)} cells, the dynamic schedule ran at a median {ratio:.2f}× (from "
+        f"{dyn['dynamic_over_fixed'].min():.2f}× to {dyn['dynamic_over_fixed'].max():.2f}×) of "
+        f"the speed of the same fixed *K*, and at {dyn['dynamic_over_best'].median():.2f}× of "
+        f"the best fixed *K*: {verdict}. The rows record the CUDA graph mode of each dynamic "
+        f"engine ({modes}) against {fixed_modes} for the fixed ones. What a schedule is worth "
+        f"under a changing batch (an online server) is not measured here.")
+    text["sum_dyn"] = (f"vLLM's dynamic *K* ran at {ratio:.2f}× of the same fixed *K* (median "
+                       f"over {len(dyn)} cells{runner_note(dyn)}).")
+    return dyn, text
 
 
 def dynamic_runners(dyn: pd.DataFrame) -> tuple[str, str]:

@@ -94,6 +94,39 @@ def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def cost_sentences(spent: pd.DataFrame) -> dict[str, str]:
+    """The surface chapter's device-time sentences from :func:`record`: ``lease_total`` (every
+    lease, the superseded cells among the cells said apart), ``lease_starts``, ``lease_none``
+    (the leases without cells) and ``lease_best`` / ``lease_worst``, the cells per device-minute
+    among the leases whose cells are still in ``data/results/`` (counting those cells only)."""
+    if not len(spent) or not (spent["cells"] > 0).any():
+        return {name: "not measured" for name in
+                ("lease_total", "lease_best", "lease_worst", "lease_starts", "lease_none")}
+    total_cells, total_s = int(spent["cells"].sum()), spent["device_held_s"].sum()
+    gone = int(spent["superseded cells"].sum())
+    current = spent.assign(kept=spent["cells"] - spent["superseded cells"])
+    current = current[current["kept"] > 0].assign(
+        rate=lambda d: d["kept"] / (d["device_held_s"] / 60))
+    none = spent[spent["cells"] == 0]
+
+    def one(r):
+        n = int(r["engines"])
+        return (f"{r['rate']:.1f} ({r['lease']}: {int(r['kept'])} cells from {n} "
+                f"engine{'' if n == 1 else 's'}, {r['profile']})")
+    return {
+        "lease_total": (f"{len(spent)} leases held the machine {total_s / 60:.0f} minutes and "
+                        f"measured {total_cells} cells"
+                        + (f" ({gone} of them rows of a superseded protocol that have since left "
+                           f"`data/results/`)" if gone else "")
+                        + f", {total_cells / (total_s / 60):.1f} per device-minute"),
+        "lease_starts": f"{100 * spent['engine_start_s'].sum() / total_s:.0f} %",
+        "lease_none": "; ".join(f"{r['lease']}: {r['other work'] or 'no cells'}"
+                                for _, r in none.iterrows()) or "none",
+        "lease_best": one(current.loc[current["rate"].idxmax()]) if len(current) else "none",
+        "lease_worst": one(current.loc[current["rate"].idxmin()]) if len(current) else "none",
+    }
+
+
 # --------------------------------------------------------------------------- #
 # What was measured where: the README's section, from the rows and the profiles
 # --------------------------------------------------------------------------- #

@@ -209,6 +209,13 @@ def k_sweep(lines: pd.DataFrame | None, own: pd.DataFrame | None = None,
     return fig
 
 
+def lease_label(lease_id: str, phase: str | None = None) -> str:
+    """A short axis label for a lease's panel: its number and the phase's initial
+    (``2026-12-03-h200-10``, ``start`` -> ``10s``); an id without a number stays whole."""
+    head, _, n = str(lease_id).rpartition("-")
+    return (n if n.isdigit() else str(lease_id)) + (str(phase)[0] if phase else "")
+
+
 def panel_chart(table: pd.DataFrame, metric: str = "step_ms",
                 title: str = "The control panel, lease by lease") -> Figure:
     """A control chart: each panel cell's ``metric`` relative to its first measurement, one
@@ -219,7 +226,7 @@ def panel_chart(table: pd.DataFrame, metric: str = "step_ms",
         plots._no_data(ax, "no control panel measured yet")
         return fig
     order = table.drop_duplicates(["lease_id", "panel_phase"])[["lease_id", "panel_phase"]]
-    labels = [f"{l}\n{p}" for l, p in zip(order["lease_id"], order["panel_phase"])]
+    labels = [lease_label(l, p) for l, p in zip(order["lease_id"], order["panel_phase"])]
     pos = {(l, p): i for i, (l, p) in enumerate(zip(order["lease_id"], order["panel_phase"]))}
     palette = plots.method_palette(sorted(set(table["method"])))
     ax.axhspan(-3, 3, color="0.9", zorder=0, label="±3 %")
@@ -230,7 +237,8 @@ def panel_chart(table: pd.DataFrame, metric: str = "step_ms",
         ax.plot(g["_x"], rel, marker="o", color=palette[r["method"]],
                 linestyle="-" if r["batch_size"] == 1 else "--",
                 label=f"{r['method']} ({r['runner']}), batch {r['batch_size']}")
-    ax.set_xticks(range(len(labels)), labels, fontsize="x-small")
+    ax.set_xticks(range(len(labels)), labels, fontsize="x-small", rotation=60)
+    ax.set_xlabel("lease number; s: its start panel, e: its end panel", fontsize="small")
     ax.set_ylabel(f"{metric.replace('_', ' ')}: % from the first panel")
     ax.axhline(0, color="0.4", linewidth=0.8)
     fig.supxlabel(plots.caption(table), fontsize="small", color="0.25")

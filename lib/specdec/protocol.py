@@ -36,6 +36,9 @@ PANEL_MEDIAN = 0.03
 PANEL_WORST = 0.05
 #: The step-cost reading must fall this close to a measured speedup where it is checked.
 PREDICTION_TOLERANCE = 0.03
+#: The protocol's goal: at least this share of cells vary by at most ``stats.CV_THRESHOLD``
+#: over their repeats (nineteen in twenty).
+CV_GOAL = 0.95
 
 RUNNER_NAMES = {"vllm.v1.worker.gpu.model_runner.GPUModelRunner": "V2",
                 "vllm.v1.worker.gpu_model_runner.GPUModelRunner": "V1"}
@@ -980,3 +983,57 @@ def register(subparsers) -> None:
     p.add_argument("profile")
     p.add_argument("--panels-root", type=Path, default=None, help="instead of data/panels")
     p.set_defaults(func=_cmd_panel)
+
+
+# --------------------------------------------------------------------------- #
+# The protocol chapter's summaries (a table a reader can take in, its sentence)
+# --------------------------------------------------------------------------- #
+def cost_vs_realised_summary(cvr: pd.DataFrame) -> pd.DataFrame:
+    """:func:`cost_vs_realised` per method and runner: its cells, and the median and worst
+    absolute deviation of the realised speedup from the one read from cost, and of the realised
+    tokens per step from the expected (the synthetic draw)."""
+    d = cvr.assign(gap=cvr["realised_over_cost"].abs(), draw=cvr["draw_deviation"].abs())
+    out = d.groupby(["method", "runner"]).agg(
+        cells=("gap", "size"), gap_median=("gap", "median"), gap_worst=("gap", "max"),
+        draw_median=("draw", "median"), draw_worst=("draw", "max")).reset_index()
+    return out.rename(columns={
+        "gap_median": "realised vs cost: median |Δ|", "gap_worst": "realised vs cost: worst |Δ|",
+        "draw_median": "tokens per step vs expected: median |Δ|",
+        "draw_worst": "tokens per step vs expected: worst |Δ|"})
+
+
+def lease_steps(panel: pd.DataFrame, method: str, exclude_lease: str | None = None
+                ) -> tuple[pd.DataFrame, str]:
+    """``method``'s panel step time (ms) per lease, a column per batch size and phase, leaving
+    out ``exclude_lease``; and its range in a phrase ("X to Y ms over N panel cells of M
+    leases"), ``"not measured"`` where there is none."""
+    d = panel[(panel["method"] == method)]
+    if exclude_lease is not None:
+        d = d[d["lease_id"] != exclude_lease]
+    if d.empty:
+        return pd.DataFrame(), "not measured"
+    view = d.pivot_table(index="lease_id", columns=["batch_size", "panel_phase"], values="step_ms",
+                         sort=False)
+    view.columns = [f"batch {b}, {ph}" for b, ph in view.columns]
+    view.index.name = "lease"
+    return view, (f"{d['step_ms'].min():.1f} to {d['step_ms'].max():.1f} ms per step over {len(d)} "
+                  f"panel cells of {d['lease_id'].nunique()} other leases")
+
+
+def panel_steps_and_core(reps: pd.DataFrame, method: str = "eagle3", batch: int = 16
+                         ) -> tuple[pd.DataFrame, str]:
+    """``method``'s panel cells at ``batch``, per lease and phase: the median step time and the
+    median CPU seconds per second of its engine core (:func:`repeats`); and the phrase that
+    spans them, from the fastest panel to the slowest."""
+    cols = ["step_ms", "engine_cpu_share"]
+    p = (reps[(reps["method"] == method) & (reps["batch_size"] == batch) & reps["panel_phase"].notna()]
+         .dropna(subset=["engine_cpu_share"]).groupby(["lease_id", "panel_phase"], sort=False)[cols]
+         .median())
+    if p.empty:
+        return p, "not measured yet"
+    fast, slow = p.loc[p["step_ms"].idxmin()], p.loc[p["step_ms"].idxmax()]
+    return p.reset_index().rename(columns={"lease_id": "lease", "panel_phase": "panel",
+                                           "step_ms": "step (ms)",
+                                           "engine_cpu_share": "engine core CPU s/s"}), (
+        f"from {fast['step_ms']:.2f} ms at {fast['engine_cpu_share']:.2f} CPU seconds per second "
+        f"to {slow['step_ms']:.2f} ms at {slow['engine_cpu_share']:.2f}, over {len(p)} panels")

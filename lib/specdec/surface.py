@@ -327,3 +327,42 @@ def speedups_over_batch(readings: pd.DataFrame) -> str:
     if len(g) > 1:
         text += f", {last['speedup']:.2f}× at batch {int(last['batch_size'])}"
     return text
+
+
+def standard_vs_synthetic(summary_df: pd.DataFrame, k: int, method: str = "draft-1layer",
+                          experiment: str = "standard-vs-synthetic"
+                          ) -> tuple[pd.DataFrame | None, str]:
+    """The same-width draft with vLLM's standard rejection sampler beside its synthetic
+    α = 1 cells at ``k``, per batch size (throughputs and their ratio), with the sentence that
+    reads it; ``(None, sentence)`` until both sides are stored, the sentence then claiming
+    nothing."""
+    same = summary_df[(summary_df["method"] == method)
+                      & (summary_df["num_speculative_tokens"] == k)
+                      & (summary_df["acceptance_alpha"].isna()
+                         | (summary_df["acceptance_alpha"] == 1.0))]
+    std, syn = same[same["acceptance_alpha"].isna()], same[same["acceptance_alpha"] == 1.0]
+    if std.empty or syn.empty:
+        return None, (f"Not measured yet (experiment `{experiment}`, listed at the end of this "
+                      f"chapter): until it is, whether the synthetic sampler itself costs or "
+                      f"saves time beside vLLM's standard one is open.")
+    std = std.groupby("batch_size")[["acceptance_rate", "tok_s_median"]].mean()
+    syn = syn.groupby("batch_size")["tok_s_median"].mean()
+    out = pd.DataFrame({"standard: acceptance reached": std["acceptance_rate"],
+                        "standard tok/s": std["tok_s_median"],
+                        "synthetic α = 1 tok/s": syn}).dropna(
+        subset=["standard tok/s", "synthetic α = 1 tok/s"])
+    out["synthetic / standard"] = out["synthetic α = 1 tok/s"] / out["standard tok/s"]
+    ratio = out["synthetic / standard"]
+    return out, (f"Synthetic throughput over standard throughput: {ratio.min():.2f} to "
+                 f"{ratio.max():.2f} over {len(out)} batch sizes. The synthetic sampler draws "
+                 f"one uniform number per draft token and skips the comparison with the "
+                 f"target's choice; set-acceptance speedups are comparable with real ones to "
+                 f"that precision.")
+
+
+def proposed_share(checks: pd.DataFrame, method: str = "ngram") -> pd.Series:
+    """The share of target steps in which ``method`` proposed a draft at all (``draft_share``),
+    over its set-acceptance cells of ``checks`` (:func:`table` of the engine's counters): each
+    cell is selected on its own row's acceptance, whatever the frame's index."""
+    sel = checks[(checks["method"] == method) & checks["acceptance_alpha"].notna()]
+    return sel["draft_share"].dropna()
