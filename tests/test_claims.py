@@ -484,3 +484,13 @@ def test_the_ledger_reads_the_campaigns_its_chapters_read(ledger, cid, profile):
     assert profile in _claim(ledger, cid).derive.profiles
     d = claims.derive_verdict(_claim(ledger, cid))
     assert d["verdict"] == claims.OUR_FIGURE and d["basis"] == "rows", d["observed"]
+
+
+def test_verdict_sentence_counts_every_verdict_and_agrees_in_number():
+    table = pd.DataFrame({"verdict": ["reproduced", "contradicted", "contradicted",
+                                      "pending-measurement"]})
+    s = claims.verdict_sentence(table)
+    assert s.startswith("Of the 4 claims, 1 is reproduced, 2 are contradicted, ")
+    assert "0 name an API that does not exist in vLLM" in s
+    assert s.endswith(" and 1 awaits measurements")
+    assert "1 are " not in s
