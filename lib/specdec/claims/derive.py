@@ -279,6 +279,10 @@ def _unmet(summ, derive, article, where: str) -> str:
             f"(measured at {name} {measured})")
 
 
+def _cells(ids) -> str:
+    return f"{len(ids)} cell{'s' if len(ids) != 1 else ''}"
+
+
 def _article_text(article: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in article.items()) or "no figure"
 
@@ -343,15 +347,15 @@ def derive_verdict(claim: Claim, root: Path | None = None) -> dict[str, Any]:
     if got is not None:
         text += (f" Measured in the article's setting ({setting.describe()}): {got[1]} "
                  f"(article: {_article_text(article)}).")
-        ev.append(f"rows: {where} ({len(got[2])} cells in the article's setting)")
+        ev.append(f"rows: {where} ({_cells(got[2])} in the article's setting)")
     if other is not None:
         text += (f" Our figure in our setting, not comparable with the article's "
                  f"({why_not}): {other[1]}.")
-        ev.append(f"rows: {where} ({len(other[2])} cells in our setting only)")
+        ev.append(f"rows: {where} ({_cells(other[2])} in our setting only)")
     if bound is not None:
         text += (f" The target as its own draft (a sanity bound, never a verdict): "
                  f"{bound[1]}.")
-        ev.append(f"rows: {where} ({len(bound[2])} sanity-bound cells)")
+        ev.append(f"rows: {where} ({_cells(bound[2])}, the sanity bound)")
     if claim.verdict != "pending-measurement":
         # The ledger verdict rests on an API check (e.g. the pair is refused); it stands.
         return {**base, "observed": text, "evidence": ev}
