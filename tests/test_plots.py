@@ -157,6 +157,14 @@ def test_verdict_counts_keeps_order_and_zeros(tmp_path):
     assert [t.get_text() for t in ax.texts] == ["1", "2", "0"]
     assert "3 in all" in ax.get_xlabel()
     assert rendered(fig, tmp_path, "verdicts")
+    # the longest bar's label lies inside the axes, not under the legend beside them
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    axes_box = ax.get_window_extent(renderer)
+    assert all(t.get_window_extent(renderer).x1 <= axes_box.x1 for t in ax.texts)
 
 
 @pytest.mark.parametrize("empty", [None, pd.DataFrame(), pd.DataFrame({"verdict": [], "kind": []})])

@@ -217,9 +217,11 @@ def machine_spread(both: pd.DataFrame) -> float:
     return float(both.groupby(["method", "num_speculative_tokens"])["difference"].mean().abs().max())
 
 
-def temperature_effect(summary: pd.DataFrame) -> pd.DataFrame:
+def temperature_effect(summary: pd.DataFrame | None) -> pd.DataFrame:
     """On the H200 (recorded and retrained weights): acceptance at T = 0.7 against T = 0, per
-    campaign, method, K and workload."""
+    campaign, method, K and workload (empty without rows)."""
+    if summary is None or summary.empty:
+        return pd.DataFrame()
     s = speculative(summary, ON_THE_SAME_MACHINE["h200-trained"])
     piv = s.pivot_table(index=["profile", "method", "num_speculative_tokens", "workload"],
                         columns="temperature", values="acceptance_rate")
@@ -228,6 +230,25 @@ def temperature_effect(summary: pd.DataFrame) -> pd.DataFrame:
     piv = piv[[0.0, 0.7]].dropna().reset_index()
     piv.columns = ["campaign", "method", "K", "workload", "T = 0", "T = 0.7"]
     return piv
+
+
+def temperature_sentence(temp: pd.DataFrame) -> str:
+    """How acceptance moved from T = 0 to T = 0.7 over the cells of :func:`temperature_effect`:
+    median, range and the number of cells."""
+    if temp.empty:
+        return "no cell was measured at both temperatures yet"
+    d = temp["T = 0.7"] - temp["T = 0"]
+    return (f"from T = 0 to T = 0.7 the acceptance rate changed by {d.median():+.1%} in the "
+            f"median over {len(temp)} cell{'s' if len(temp) != 1 else ''} ({d.min():+.1%} to "
+            f"{d.max():+.1%})")
+
+
+def temperature_by_method(temp: pd.DataFrame) -> str:
+    """Each method's median change of acceptance from T = 0 to T = 0.7, largest fall first."""
+    if temp.empty:
+        return "not measured"
+    d = (temp["T = 0.7"] - temp["T = 0"]).groupby(temp["method"]).median().sort_values()
+    return "; ".join(f"{m} {v:+.1%}" for m, v in d.items())
 
 
 def ranking(summary: pd.DataFrame, profile: str, k: int, temperature: float = 0.0) -> pd.DataFrame:
@@ -420,42 +441,37 @@ def data_sentence(root: Path | None = None) -> str:
             f"held out (sha256 `{d['heldout']['sha256'][:12]}`)")
 
 
-def beside_the_article(summary: pd.DataFrame, claim_ids) -> pd.DataFrame:
+def beside_the_article(summary: pd.DataFrame, claim_ids, root: Path | None = None) -> pd.DataFrame:
     """For each article figure about a method (C7–C9, C28–C31): our trained cells of the same
-    vLLM method, their acceptance range, and what differs from the article's setting
-    (:mod:`specdec.comparability`): a verdict only where nothing does."""
+    vLLM method, their acceptance range, what differs from the article's setting
+    (:mod:`specdec.comparability`), and the claim's verdict as the claims ledger gives it
+    (:func:`specdec.claims.derive_verdict` over the rows under ``root``): the book gives each
+    claim one verdict, the ledger's."""
     from . import comparability
-    from .claims import ledger
+    from .claims import derive, ledger
 
     spec = speculative(summary)
     rows = []
     for cid in claim_ids:
         c = ledger.claim(cid)
-        if c.setting is None:
-            rows.append({"claim": cid, "the article says": c.en, "vLLM method": "",
-                         "our cells": 0, "outcome": "no setting in the ledger: nothing of ours "
-                                                    "is set beside it (see the claims chapter)"})
-            continue
-        art = c.article_setting()
-        comps = comparability.compare_rows(art, spec) if len(spec) else []
-        same = [i for i, cmp in enumerate(comps)
-                if not any(d.dimension == "method" for d in cmp.differences)]
-        cells = spec.iloc[same]
         art_acc = c.article.get("acceptance")
         row = {"claim": cid, "the article says": c.en,
                "article acceptance": art_acc if art_acc is not None else np.nan,
-               "vLLM method": art.method, "our cells": len(cells),
-               "our methods": ", ".join(sorted(cells["method"].unique())) if len(cells) else "",
-               "our acceptance": (f"{cells['acceptance_rate'].min():.0%}–"
-                                  f"{cells['acceptance_rate'].max():.0%}") if len(cells) else "",
-               "outcome": "", "what differs": ""}
-        if not len(cells):
-            row["outcome"] = "no trained method of this kind measured"
-        elif any(comps[i].comparable for i in same):
-            row["outcome"] = "comparable: see the claims chapter"
-        else:
-            row["outcome"] = "our figure in our setting"
-            row["what differs"] = comparability.summarize([comps[i] for i in same])
+               "vLLM method": "", "our cells": 0, "our methods": "", "our acceptance": "",
+               "what differs": "", "verdict (claims ledger)": derive.derive_verdict(c, root)["verdict"]}
+        if c.setting is not None:
+            art = c.article_setting()
+            comps = comparability.compare_rows(art, spec) if len(spec) else []
+            same = [i for i, cmp in enumerate(comps)
+                    if not any(d.dimension == "method" for d in cmp.differences)]
+            cells = spec.iloc[same]
+            row.update({"vLLM method": art.method, "our cells": len(cells)})
+            if len(cells):
+                row.update({"our methods": ", ".join(sorted(cells["method"].unique())),
+                            "our acceptance": f"{cells['acceptance_rate'].min():.0%}–"
+                                              f"{cells['acceptance_rate'].max():.0%}",
+                            "what differs": comparability.summarize([comps[i] for i in same])
+                            or "nothing"})
         rows.append(row)
     return pd.DataFrame(rows)
 

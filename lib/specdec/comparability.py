@@ -220,7 +220,7 @@ def _acceptance(article: ArticleSetting, cell: CellSetting) -> Difference | None
         return Difference("acceptance", ours, UNSTATED, ", so no acceptance can be shown near it")
     if cell.acceptance is None or abs(cell.acceptance - article.acceptance) > ACCEPTANCE_WINDOW:
         return Difference("acceptance", ours, theirs,
-                          f"; comparable within ±{ACCEPTANCE_WINDOW * 100:.0f} points")
+                          f"; a match needs ±{ACCEPTANCE_WINDOW * 100:.0f} points")
     return None
 
 

@@ -298,6 +298,8 @@ def verdict_counts(ledger: pd.DataFrame, verdicts: Sequence[str], kinds: Sequenc
         left += counts[kind].to_numpy()
     for y, total in enumerate(left):
         ax.text(total + 0.15, y, str(int(total)), va="center", fontsize="small")
+    # room for the longest bar's label inside the axes, clear of the legend beside them
+    ax.set_xlim(0, left.max() * 1.1 + 1)
     ax.invert_yaxis()
     ax.legend(title="kind", loc="center left", bbox_to_anchor=(1.02, 0.5))
     return fig

@@ -25,7 +25,7 @@ from .ledger import (JUDGED, KINDS, LEDGER_PATH, OUR_FIGURE, VERDICTS, Claim, Le
                      compare_with_ledger, load_ledger)
 from .registry import OUTCOMES
 from .tables import (checks_side_by_side, component_map, judged_summary, ledger_display,
-                     ledger_table, setting_table, verdict_counts)
+                     ledger_table, setting_table, verdict_counts, verdict_sentence)
 
 __all__ = [
     "OOM_PATTERN", "config_vocab_size", "demo_profile", "floor_cells", "grid_k_values",
@@ -37,5 +37,5 @@ __all__ = [
     "JUDGED", "KINDS", "LEDGER_PATH", "OUR_FIGURE", "VERDICTS", "Claim", "LedgerError",
     "compare_with_ledger", "load_ledger", "OUTCOMES",
     "checks_side_by_side", "component_map", "judged_summary", "ledger_display", "ledger_table",
-    "setting_table", "verdict_counts",
+    "setting_table", "verdict_counts", "verdict_sentence",
 ]

@@ -113,11 +113,33 @@ def _fmt_cell(r) -> str:
             f"[{setting}]: speedup {r.speedup:.2f}x{acc}")
 
 
+def _set_cells_text(df) -> str:
+    """Cells whose acceptance is set (synthetic rejection sampling), best per set α: a
+    ceiling of that α, never a figure a draft reaches (the rule of C30)."""
+    parts = []
+    for alpha, g in df.groupby("acceptance_alpha", sort=True):
+        b = g.loc[g["speedup"].idxmax()]
+        parts.append(f"α {alpha:g}: {b.profile}/{b.method} K={b.num_speculative_tokens} "
+                     f"batch={b.batch_size} {b.speedup:.2f}x")
+    return (f"at set α, not reached ({len(df)} cell(s), the best at each α, a ceiling of that "
+            f"α and no figure a draft reaches): " + "; ".join(parts))
+
+
 def _best(df, derive, article):
-    """Our best speedup against the article's (the caller passes comparable cells only)."""
-    best = df.loc[df["speedup"].idxmax()]
-    verdict = "reproduced" if _close(best.speedup, article["speedup"]) else "contradicted"
-    return verdict, f"best of {len(df)} cell(s): {_fmt_cell(best)}", list(df["cell_id"])
+    """Our best speedup against the article's (the caller passes comparable cells only).
+
+    Only cells whose acceptance was reached take part in the best: the best of cells at a
+    set acceptance is the ceiling of the largest α, so those are shown per α, labelled.
+    """
+    is_set = df["acceptance_alpha"].notna()
+    reached, parts, verdict = df[~is_set], [], None
+    if len(reached):
+        best = reached.loc[reached["speedup"].idxmax()]
+        verdict = "reproduced" if _close(best.speedup, article["speedup"]) else "contradicted"
+        parts.append(f"best of {len(reached)} cell(s): {_fmt_cell(best)}")
+    if is_set.any():
+        parts.append(_set_cells_text(df[is_set]))
+    return verdict, "; ".join(parts), list(df["cell_id"])
 
 
 def _at(key: str):
@@ -154,41 +176,69 @@ def _derive_best_k(summary, derive, article):
     """The K with the best speedup per sweep (profile, method, workload, batch size and set
     acceptance), among the sweeps that gain at all and measured the K the rule gives on their
     hardware (:func:`rule_k`); the rule holds if that K is the best in most of them. A sweep
-    that never beats the baseline, or never tried the rule's K, decides nothing."""
+    that never beats the baseline, or never tried the rule's K, decides nothing. Where the
+    rule's K is not the best but its speedup interval reaches the best's, it is named a tie
+    (counted apart, never as a hit)."""
     import pandas as pd
 
     df = _rows_for(summary, derive)
     if df.empty or df["num_speculative_tokens"].nunique() < 2:
         return None
     keys = ["profile", "method", "workload", "batch_size", "acceptance_alpha"]
-    parts, decided, hits = [], 0, 0
+    parts, deciding, hits, ties = [], [], 0, 0
     for key, g in df.groupby(keys, dropna=False, sort=True):
         if g["num_speculative_tokens"].nunique() < 2:
             continue
         best = g.loc[g["speedup"].idxmax()]
         want = rule_k(article, key[0])
         alpha = "" if pd.isna(key[4]) else f", set α {key[4]:g}"
-        parts.append(f"{key[0]}/{key[1]} ({key[2]}, batch {int(key[3])}{alpha}): best K="
-                     f"{int(best.num_speculative_tokens)} ({best.speedup:.2f}x; the rule: {want})")
+        label = f"{key[0]}/{key[1]} ({key[2]}, batch {int(key[3])}{alpha})"
+        parts.append(f"{label}: best K={int(best.num_speculative_tokens)} "
+                     f"({best.speedup:.2f}x; the rule: {want})")
         if best["speedup"] > 1 and want in set(g["num_speculative_tokens"]):
-            decided += 1
-            hits += int(best["num_speculative_tokens"] == want)
+            deciding.append(label)
+            if best["num_speculative_tokens"] == want:
+                hits += 1
+            elif (g.loc[g["num_speculative_tokens"] == want, "speedup_ci_high"]
+                  >= best["speedup_ci_low"]).any():
+                ties += 1
     if not parts:
         return None
-    if not decided:
+    cells = list(df["cell_id"])
+    if not deciding:
         return None, "; ".join(parts) + "; no sweep both beats the baseline and tried the " \
-                                        "rule's K, so none decides", list(df["cell_id"])
-    return (("reproduced" if hits > decided / 2 else "contradicted"),
-            "; ".join(parts) + f"; the rule's K is the best in {hits} of {decided} sweeps "
-            "that decide", list(df["cell_id"]))
+                                        "rule's K, so none decides", cells
+    n = len(deciding)
+    text = (f"; {n} sweep{'s' if n > 1 else ''} beat{'' if n > 1 else 's'} the baseline and "
+            f"tried the rule's K ({'; '.join(deciding)}): the rule's K is the best in {hits} "
+            f"of {n}" + (f", within the best's interval in {ties} more" if ties else ""))
+    return ("reproduced" if hits > n / 2 else "contradicted"), "; ".join(parts) + text, cells
+
+
+def _speculative_in(summary, experiments):
+    df = in_experiments(summary, experiments)
+    return df[(df["method"] != "baseline") & df["acceptance_rate"].notna()]
 
 
 def acceptance_by_temperature(summary, experiments=("temperature",)):
-    """Acceptance rate per (profile, method) x temperature (speculative cells only)."""
-    df = in_experiments(summary, experiments)
-    df = df[(df["method"] != "baseline") & df["acceptance_rate"].notna()]
-    return df.pivot_table(index=["profile", "method"], columns="temperature",
-                          values="acceptance_rate", aggfunc="mean")
+    """Acceptance rate per (profile, method) x temperature (speculative cells only), each
+    mean over the (K, workload, batch size) measured at every temperature of that method:
+    a K measured at one temperature only would move that temperature's mean."""
+    import pandas as pd
+
+    df = _speculative_in(summary, experiments)
+    keys = ["profile", "method", "num_speculative_tokens", "workload", "batch_size"]
+    paired = df.pivot_table(index=keys, columns="temperature", values="acceptance_rate",
+                            aggfunc="mean")
+    rows = {}
+    for pm, g in paired.groupby(level=["profile", "method"], sort=True):
+        # the temperatures this method has at all, then the cells measured at each of them
+        rows[pm] = g.dropna(axis=1, how="all").dropna().mean()
+    out = pd.DataFrame.from_dict(rows, orient="index").sort_index(axis=1)
+    if len(out):
+        out.index = pd.MultiIndex.from_tuples(out.index, names=["profile", "method"])
+        out.columns.name = "temperature"
+    return out
 
 
 def _derive_temperature(summary, derive, article):
@@ -199,7 +249,7 @@ def _derive_temperature(summary, derive, article):
     parts = [f"{p}/{m}: " + ", ".join(f"T={t:g} {a:.0%}" for t, a in row.dropna().items())
              for (p, m), row in table.iterrows()]
     falls = [row.dropna().iloc[0] > row.dropna().iloc[-1] for _, row in table.iterrows()]
-    cells = list(in_experiments(summary, derive.experiments)["cell_id"])
+    cells = list(_speculative_in(summary, derive.experiments)["cell_id"])
     return ("reproduced" if all(falls) else "contradicted"), \
         "acceptance by temperature: " + "; ".join(parts), cells
 
@@ -214,6 +264,25 @@ DERIVATIONS: dict[str, Callable] = {
 }
 
 
+def _unmet(summ, derive, article, where: str) -> str:
+    """Why the rule has no cell: no rows at all, or none at the article's condition."""
+    rows = None if summ is None else _rows_for(summ, derive)
+    if rows is None or rows.empty:
+        return f"no measured rows yet for {where}"
+    condition = {"speedup_at_k": ("k", "num_speculative_tokens", "K"),
+                 "speedup_at_batch": ("batch", "batch_size", "batch")}.get(derive.rule)
+    if condition is None:
+        return f"no cell of {where} meets the rule {derive.rule}"
+    key, column, name = condition
+    measured = ", ".join(str(int(v)) for v in sorted(rows[column].unique()))
+    return (f"no cell at the article's {name} {article[key]} in {where} "
+            f"(measured at {name} {measured})")
+
+
+def _cells(ids) -> str:
+    return f"{len(ids)} cell{'s' if len(ids) != 1 else ''}"
+
+
 def _article_text(article: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in article.items()) or "no figure"
 
@@ -225,7 +294,7 @@ def derive_verdict(claim: Claim, root: Path | None = None) -> dict[str, Any]:
     (:func:`specdec.comparability.compare` against the claim's ``setting``): only cells in
     the article's setting can decide; the others give *our figure in our setting*. Methods
     in ``derive.bound_methods`` (the target drafting for itself) are a sanity bound: if one
-    accepts less than :data:`SANITY_ACCEPTANCE`, no row beside it is used.
+    accepts less than :data:`SANITY_ACCEPTANCE`, no row of its campaign is used.
 
     Returns ``{"verdict", "observed", "evidence", "basis", "cells"}``; ``basis`` is "rows",
     "ledger" or "pending" (a rule whose rows do not exist yet); ``cells`` are the cell ids a
@@ -243,12 +312,27 @@ def derive_verdict(claim: Claim, root: Path | None = None) -> dict[str, Any]:
     rule = DERIVATIONS[derive.rule]
     self_drafts = tuple(derive.bound_methods)
     summ = summary(list(derive.profiles), root)
+    where = f"{', '.join(derive.profiles)} experiment(s) {', '.join(derive.experiments)}"
+    text = base["observed"]
+    ev = list(base["evidence"])
     got = other = bound = None
-    insane = None
     why_not = ""
     if summ is not None:
+        # The target as its own draft must accept ~everything; where it does not, the engine
+        # itself is broken for its campaign and no row of that campaign can decide the claim.
+        insane = {p: why for p, g in summ[summ["method"].isin(self_drafts)].groupby("profile")
+                  if (why := failed_sanity_bound(g, derive.experiments)) is not None}
+        for p, why in insane.items():
+            text += (f" Rows of {p} are not used: "
+                     f"the sanity bound failed ({why}), so they measure an engine fault, not "
+                     f"the claim.")
+            ev.append(f"rows: {p} (sanity bound failed)")
+        summ = summ[~summ["profile"].isin(insane)]
+        if insane and in_experiments(summ, derive.experiments).empty:
+            verdict = base["verdict"]
+            return {**base, "verdict": verdict, "observed": text, "evidence": ev,
+                    "basis": "pending" if verdict == "pending-measurement" else "ledger"}
         is_self = summ["method"].isin(self_drafts)
-        insane = failed_sanity_bound(summ[is_self], derive.experiments)
         comps = pd.Series(comparability.compare_rows(setting, summ, self_drafts),
                           index=summ.index, dtype=object)
         like = comps.map(lambda c: c.comparable).astype(bool)
@@ -258,32 +342,20 @@ def derive_verdict(claim: Claim, root: Path | None = None) -> dict[str, Any]:
         if other is not None:
             why_not = comparability.summarize(comps[summ["cell_id"].isin(other[2]) & ~like
                                                     & ~is_self])
-    where = f"{', '.join(derive.profiles)} experiment(s) {', '.join(derive.experiments)}"
-    text = base["observed"]
-    ev = list(base["evidence"])
-    if insane is not None:
-        # The target as its own draft must accept ~everything; where it does not, the engine
-        # itself is broken for those cells and nothing beside them can decide the claim.
-        text += (f" Rows of {where} are not used: the sanity bound failed ({insane}), so they "
-                 f"measure an engine fault, not the claim.")
-        ev.append(f"rows: {where} (sanity bound failed)")
-        verdict = base["verdict"]
-        return {**base, "verdict": verdict, "observed": text, "evidence": ev,
-                "basis": "pending" if verdict == "pending-measurement" else "ledger"}
     if got is None and other is None and bound is None:
-        text += f" Measured figure: no measured rows yet for {where}."
+        text += " Measured figure: " + _unmet(summ, derive, article, where) + "."
     if got is not None:
         text += (f" Measured in the article's setting ({setting.describe()}): {got[1]} "
                  f"(article: {_article_text(article)}).")
-        ev.append(f"rows: {where} ({len(got[2])} cells in the article's setting)")
+        ev.append(f"rows: {where} ({_cells(got[2])} in the article's setting)")
     if other is not None:
         text += (f" Our figure in our setting, not comparable with the article's "
                  f"({why_not}): {other[1]}.")
-        ev.append(f"rows: {where} ({len(other[2])} cells in our setting only)")
+        ev.append(f"rows: {where} ({_cells(other[2])} in our setting only)")
     if bound is not None:
         text += (f" The target as its own draft (a sanity bound, never a verdict): "
                  f"{bound[1]}.")
-        ev.append(f"rows: {where} ({len(bound[2])} sanity-bound cells)")
+        ev.append(f"rows: {where} ({_cells(bound[2])}, the sanity bound)")
     if claim.verdict != "pending-measurement":
         # The ledger verdict rests on an API check (e.g. the pair is refused); it stands.
         return {**base, "observed": text, "evidence": ev}

@@ -123,6 +123,29 @@ def component_map(checks=None):
                                                       key=lambda kv: order.get(kv[0][0], 99))])
 
 
+#: What each verdict says of its claims, for :func:`verdict_sentence` (singular, plural).
+_VERDICT_WORDS = {
+    "api-does-not-exist": ("names an API that does not exist in vLLM",
+                           "name an API that does not exist in vLLM"),
+    "contradicted": ("is contradicted", "are contradicted"),
+    "exists-differently": ("describes something vLLM does differently",
+                           "describe something vLLM does differently"),
+    "reproduced": ("is reproduced", "are reproduced"),
+    OUR_FIGURE: ("has only our figure in our setting", "have only our figure in our setting"),
+    "not-testable-here": ("cannot be tested here", "cannot be tested here"),
+    "pending-measurement": ("awaits measurements", "await measurements"),
+}
+
+
+def verdict_sentence(table) -> str:
+    """"Of the 36 claims, 11 name an API that does not exist in vLLM, ..., 1 is reproduced,
+    ... and 2 await measurements": every verdict with its count, in VERDICTS order, the verb
+    agreeing with the count."""
+    n = table["verdict"].value_counts()
+    parts = [f"{int(n.get(v, 0))} {_VERDICT_WORDS[v][int(n.get(v, 0)) != 1]}" for v in VERDICTS]
+    return f"Of the {len(table)} claims, " + ", ".join(parts[:-1]) + f" and {parts[-1]}"
+
+
 def verdict_counts(table):
     """Number of claims per verdict (every verdict listed, zero included), in VERDICTS order."""
     return (table["verdict"].value_counts().reindex(list(VERDICTS), fill_value=0)
