@@ -9,6 +9,7 @@ synthetic rejection sampling prices a method, it does not show that the method p
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 
@@ -140,15 +141,15 @@ def lossless_headline(tally: pd.DataFrame, bold: bool = True) -> str:
     return f"**{_cap(text)}**" if bold else text
 
 
-def lossless_tally(root: Path | None = None) -> pd.DataFrame:
-    """Losslessness over every campaign with stored greedy outputs of real speculation (set
-    acceptance and non-speculative controls left out: neither is meant to match), one row per
-    dtype and hardware: the campaigns, the cells compared and those identical to their
-    baseline token for token (:func:`specdec.metrics.losslessness`)."""
+def lossless_tally(root: Path | None = None, campaigns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Losslessness over every campaign (or ``campaigns``) with stored greedy outputs of real
+    speculation (set acceptance and non-speculative controls left out: neither is meant to
+    match), one row per dtype and hardware: the campaigns, the cells compared and those
+    identical to their baseline token for token (:func:`specdec.metrics.losslessness`)."""
     from . import metrics, profiles, store
 
     rows = []
-    for name in profiles.list_profiles():
+    for name in campaigns if campaigns is not None else profiles.list_profiles():
         prof = profiles.load_profile(name)
         if prof.reference_only or prof.superseded_by:
             continue
