@@ -99,12 +99,15 @@ def read_prompts(path: Path) -> list[dict]:
 
 def generate(target_path: str, prompts: list[dict], max_tokens: int, *, dtype: str = "float32",
              max_model_len: int = 1024, seed: int = 0, enforce_eager: bool = True,
-             gpu_memory_utilization: float = 0.5, ignore_eos: bool = False) -> list[dict]:
-    """The target's greedy continuation of every prompt, generated with vLLM."""
+             gpu_memory_utilization: float = 0.5, ignore_eos: bool = False,
+             max_num_seqs: int | None = None) -> list[dict]:
+    """The target's greedy continuation of every prompt, generated with vLLM (``max_num_seqs``:
+    requests per engine step, vLLM's default where None)."""
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=target_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
-              enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization)
+              enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization,
+              **({"max_num_seqs": max_num_seqs} if max_num_seqs else {}))
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
     outs = llm.generate([{"prompt_token_ids": p["token_ids"]} for p in prompts], sp)
     seqs = []

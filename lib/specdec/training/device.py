@@ -187,14 +187,16 @@ def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int
     try:
         seqs = data.generate(str(target), prompts, max_tokens or DATA["max_tokens"],
                              dtype=dtype, seed=DATA["seed"], ignore_eos=DATA["ignore_eos"],
-                             gpu_memory_utilization=gpu_memory_utilization)
+                             gpu_memory_utilization=gpu_memory_utilization,
+                             max_num_seqs=DATA.get("max_num_seqs"))
     except Exception as e:  # noqa: BLE001 - an attention backend without float32: say so, go on
         print(f"[data] {dtype} generation failed ({type(e).__name__}: {str(e)[-300:]}); "
               f"retrying in bfloat16", flush=True)
         dtype = "bfloat16"
         seqs = data.generate(str(target), prompts, max_tokens or DATA["max_tokens"],
                              dtype=dtype, seed=DATA["seed"], ignore_eos=DATA["ignore_eos"],
-                             gpu_memory_utilization=gpu_memory_utilization)
+                             gpu_memory_utilization=gpu_memory_utilization,
+                             max_num_seqs=DATA.get("max_num_seqs"))
     meta = json.loads((carry / "split.json").read_text())
     meta["generation"] = {**DATA, "dtype": dtype, "max_tokens": max_tokens or DATA["max_tokens"],
                           "prompts": len(prompts),
@@ -202,7 +204,11 @@ def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int
     out = work / "data" / "sequences.npz"
     out.parent.mkdir(parents=True, exist_ok=True)
     digest = data.save_sequences(seqs, out, meta)
-    print(f"[data] {len(seqs)} sequences in {time.time() - t1:.0f}s, sha256 {digest[:16]}", flush=True)
+    done = sum(len(q["completion"]) for q in seqs)
+    print(f"[data] {len(seqs)} sequences ({done} tokens generated, "
+          f"{done / max(time.time() - t1, 1e-9):.0f} tok/s with the engine's start) in "
+          f"{time.time() - t1:.0f}s, "
+          f"sha256 {digest[:16]}", flush=True)
     return out
 
 
