@@ -227,3 +227,25 @@ def test_panel_of_an_unknown_profile_says_so(capsys):
     assert "unknown profile 'nonexistent'" in capsys.readouterr().err
     assert cli.main(["panel", "h200-surface-v2"]) == 0
     assert "2026-12-05-h200-21" in capsys.readouterr().out
+
+
+def test_book_executes_only_what_changed_unless_told(monkeypatch, capsys, tmp_path):
+    """`specdec book` (replay) goes through the chapters' input keys: a second `make book`
+    executes nothing; --only, --profile and --all execute as asked and forget the keys of
+    what they executed, so that the next replay build does not trust a copy made otherwise."""
+    from specdec import book, bookcache
+
+    calls = []
+    monkeypatch.setattr(bookcache, "update_book", lambda out=None: calls.append("cached") or [])
+    copy = tmp_path / "k_sweep.ipynb"
+    monkeypatch.setattr(book, "execute_all", lambda **kw: calls.append(kw) or [copy])
+    monkeypatch.setattr(book, "build", lambda quiet=False: calls.append("build") or tmp_path)
+    (tmp_path / ".inputs").mkdir()
+    key = tmp_path / ".inputs" / "k_sweep.sha256"
+    key.write_text("old\n")
+    assert cli.main(["book"]) == 0 and calls == ["cached"]
+    assert cli.main(["book", "--only", "k_sweep"]) == 0
+    assert calls[1:] == [{"mode": "replay", "profiles": None, "only": ["k_sweep"]}, "build"]
+    assert not key.exists()
+    calls.clear()
+    assert cli.main(["book", "--all"]) == 0 and calls[-1] == "build" and "cached" not in calls

@@ -145,6 +145,14 @@ def execute_stale(notebooks: Sequence[Path] | None = None, out_dir: Path | None 
     return done
 
 
+def forget(executed: Sequence[Path]) -> None:
+    """Drop the keys of executed copies made outside :func:`execute_stale` (``specdec book
+    --only``/``--profile``/``--all``, other parameters perhaps): the next replay build
+    executes them again instead of trusting a key their copy no longer matches."""
+    for copy in executed:
+        _key_file(Path(copy).parent, Path(copy)).unlink(missing_ok=True)
+
+
 def book_key(book_dir: Path | None = None) -> str:
     """Key of everything the HTML is built from: prose, config, executed chapters."""
     book_dir = book_dir or paths.BOOK_DIR

@@ -29,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import (book, bundle, carry, devicetime, envspec, leases, merge, paths, peer, protocol,
-               regenerate, runner, validate)
+from . import (book, bookcache, bundle, carry, devicetime, envspec, leases, merge, paths, peer,
+               protocol, regenerate, runner, validate)
 from .training import cli as training_cli
 from .claims import checkio, checks, ledger
 from .profiles import ProfileError
@@ -86,9 +86,16 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 def _cmd_book(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
-        if not args.no_execute:
-            book.execute_all(mode=args.mode, profiles=args.profiles, only=args.only)
-        index = book.build(quiet=True)
+        if args.no_execute:
+            index = book.build(quiet=True)
+        elif args.mode == "replay" and not (args.only or args.profiles or args.all):
+            # only the chapters whose inputs changed, and the HTML only if anything did
+            bookcache.update_book(out=sys.stderr)
+            index = paths.BOOK_DIR / "_build" / "html" / "index.html"
+        else:
+            bookcache.forget(book.execute_all(mode=args.mode, profiles=args.profiles,
+                                              only=args.only))
+            index = book.build(quiet=True)
     except book.BookError as e:
         print(f"specdec book: error: {e}", file=sys.stderr)
         return 1
@@ -150,9 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_claims)
 
     b = sub.add_parser(
-        "book", help="execute every chapter notebook with papermill and build the HTML book",
+        "book", help="execute the chapter notebooks with papermill and build the HTML book",
         description="Execute notebooks/ into book/chapters/ with papermill, then build "
-                    "book/_build/html with Jupyter Book; prints the path to index.html.")
+                    "book/_build/html with Jupyter Book; prints the path to index.html. In "
+                    "replay mode only the chapters whose inputs changed since the last build "
+                    "are executed (their notebook, the library, the rows and shared data they "
+                    "read: specdec.bookcache), and the HTML is rebuilt only if anything did.")
     b.add_argument("--mode", choices=book.MODES, default="replay",
                    help="replay: read the stored rows in data/ (default); run: measure first")
     b.add_argument("--only", action="append", metavar="NAME",
@@ -160,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "previous executed copy")
     b.add_argument("--profile", action="append", dest="profiles", metavar="NAME",
                    help="profile(s) every chapter reads (default: each chapter's own)")
+    b.add_argument("--all", action="store_true",
+                   help="execute every chapter, whether its inputs changed or not")
     b.add_argument("--no-execute", action="store_true",
                    help="only build, from the executed copies already in book/chapters/")
     b.set_defaults(func=_cmd_book)
