@@ -58,10 +58,10 @@ def test_ranking_and_temperature(summary):
     temp = acceptance.temperature_effect(summary)
     assert temp[["T = 0", "T = 0.7"]].values.tolist() == [[0.2, 0.15]]
     assert acceptance.temperature_sentence(temp) == ("from T = 0 to T = 0.7 the acceptance rate "
-                                                     "changed by -5.0% in the median over 1 cell "
-                                                     "(-5.0% to -5.0%)")
+                                                     "changed by -5.0 percentage points in the "
+                                                     "median over 1 cell (-5.0 to -5.0)")
     assert acceptance.temperature_sentence(temp.iloc[0:0]).startswith("no cell")
-    assert acceptance.temperature_by_method(temp) == "eagle3 -5.0%"
+    assert acceptance.temperature_by_method(temp) == "eagle3 -5.0 points"
     assert acceptance.temperature_effect(None).empty
 
 
@@ -307,3 +307,19 @@ def test_stopped_sentence_counts_why_the_recorded_trainings_stopped():
     assert acceptance.stopped_sentence(arts) == ("2 of 4 by time budget; 1 of 4 by plateau; "
                                                  "1 of 4 by not recorded")
     assert acceptance.stopped_sentence(pd.DataFrame()) == "no training recorded"
+
+
+def test_speedups_above_the_tokens_per_step_are_named_with_their_baselines():
+    """h200-trained's HumanEval baselines ran at about half the other workloads' speed (a
+    135M target's step waits on the host): the speedups over them exceed the tokens per step,
+    which no speculative step can, and are not read."""
+    from specdec import metrics, store
+
+    summ = metrics.with_speedup(metrics.summarize(store.load_runs("h200-trained")))
+    bad = summ[summ["speedup_status"] == metrics.ABOVE_TOKENS_PER_STEP]
+    assert len(bad) and set(bad["workload"]) == {"humaneval"} and bad["speedup"].isna().all()
+    said = acceptance.unread_speedups(summ)
+    assert said.startswith(f"the speedups of {len(bad)} cells are not read")
+    assert "`h200-trained` humaneval at batch 8" in said
+    ok = summ[summ["speedup_status"] != metrics.ABOVE_TOKENS_PER_STEP]
+    assert acceptance.unread_speedups(ok).startswith("every speculative cell's speedup lies within")

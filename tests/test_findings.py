@@ -143,7 +143,9 @@ def test_crossover_sentences_name_each_case():
         "batch_sizes": [[1, 4], [1, 4, 8], [1, 16], [1], [4]],
         "last_paying_batch": [float("nan"), 4.0, 16.0, 1.0, float("nan")],
         "crossover_batch": [1.0, 8.0, float("nan"), float("nan"), 4.0],
-        "crossover_ci_below_1": [True, True, None, None, False]})
+        "crossover_ci_below_1": [True, True, None, None, False],
+        "speedups": [[0.9, 0.8], [1.2, 1.1, 0.9], [1.3, 1.1], [1.2], [0.9]],
+        "recovers": False})
     a, b, c, d, e = findings.crossover_sentences(cross)
     assert a == "a (K = 2, w) on `p` does not pay even at the smallest batch, 1"
     assert b == "b (K = 3, w) on `p` pays up to batch 4 and stops paying at batch 8 (interval wholly below 1)"
@@ -151,6 +153,11 @@ def test_crossover_sentences_name_each_case():
     assert d == "d (K = 5, w) on `p` pays at batch 1, the only batch measured"
     assert e == "e (K = 6, w) on `p` does not pay at batch 4, the only batch measured"
     assert findings.crossover_sentences(cross.iloc[:0]) == []
+    # a dip that recovers at a larger batch is no crossover
+    dip = cross.iloc[[1]].assign(speedups=[[1.2, 0.98, 1.06]], recovers=True)
+    assert findings.crossover_sentences(dip) == [
+        "b (K = 3, w) on `p` ran at 1.20×, 0.98×, 1.06× at batch 1, 4, 8: it pays again after a "
+        "batch where it did not, so no batch is where it stops"]
 
 
 def test_best_of_family_reads_reached_cells_of_that_family_only():

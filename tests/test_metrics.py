@@ -119,6 +119,21 @@ def test_missing_and_incomplete_baselines_give_no_speedup(tmp_path):
     assert ng.loc["code", "baseline_cell_id"] is None
 
 
+def test_a_speedup_above_the_tokens_per_step_is_not_read(tmp_path):
+    # 10 drafts of K = 3, 6 accepted a repeat: 1 + 18 / 30 = 1.6 tokens per target step. A
+    # speedup whose whole interval lies above that would need a speculative step cheaper than
+    # a plain one: the baseline ran on a slower host (h200-trained's HumanEval baseline).
+    spec = dict(drafts=10, draft_tokens=30, accepted=6, per_pos=[4, 1, 1])
+    rows = (cell("baseline", 0, [100, 100, 100]) + cell("ngram", 3, [150, 155, 160], **spec)
+            + cell("baseline", 0, [50, 50, 50], workload="code")
+            + cell("ngram", 3, [150, 155, 160], workload="code", **spec))
+    sp = metrics.with_speedup(metrics.summarize(load(rows, tmp_path)))
+    ng = sp[sp["method"] == "ngram"].set_index("workload")
+    assert ng.loc["chat", "speedup_status"] == "ok" and ng.loc["chat", "speedup"] == pytest.approx(1.55)
+    assert ng.loc["code", "speedup_status"] == metrics.ABOVE_TOKENS_PER_STEP
+    assert math.isnan(ng.loc["code", "speedup"])
+
+
 def test_unstable_cells_are_flagged_but_kept(tmp_path):
     rows = cell("baseline", 0, [100, 100, 100]) + cell("ngram", 3, [100, 150, 200])
     sp = metrics.with_speedup(metrics.summarize(load(rows, tmp_path))).set_index("method")
@@ -156,7 +171,8 @@ def test_crossover_batch(tmp_path):
     x = metrics.crossover_batch(sp).iloc[0]
     assert x["batch_sizes"] == [1, 2, 4, 8]
     assert x["last_paying_batch"] == 2 and x["crossover_batch"] == 4
-    assert x["crossover_ci_below_1"]
+    assert x["crossover_ci_below_1"] and not x["recovers"]
+    assert x["speedups"] == pytest.approx([1.5, 1.1, 0.95, 0.75])
 
 
 # --------------------------------------------------------------------------- #

@@ -237,18 +237,46 @@ def temperature_sentence(temp: pd.DataFrame) -> str:
     median, range and the number of cells."""
     if temp.empty:
         return "no cell was measured at both temperatures yet"
-    d = temp["T = 0.7"] - temp["T = 0"]
-    return (f"from T = 0 to T = 0.7 the acceptance rate changed by {d.median():+.1%} in the "
-            f"median over {len(temp)} cell{'s' if len(temp) != 1 else ''} ({d.min():+.1%} to "
-            f"{d.max():+.1%})")
+    d = 100 * (temp["T = 0.7"] - temp["T = 0"])
+    return (f"from T = 0 to T = 0.7 the acceptance rate changed by {d.median():+.1f} percentage "
+            f"points in the median over {len(temp)} cell{'s' if len(temp) != 1 else ''} "
+            f"({d.min():+.1f} to {d.max():+.1f})")
 
 
 def temperature_by_method(temp: pd.DataFrame) -> str:
     """Each method's median change of acceptance from T = 0 to T = 0.7, largest fall first."""
     if temp.empty:
         return "not measured"
-    d = (temp["T = 0.7"] - temp["T = 0"]).groupby(temp["method"]).median().sort_values()
-    return "; ".join(f"{m} {v:+.1%}" for m, v in d.items())
+    d = (100 * (temp["T = 0.7"] - temp["T = 0"])).groupby(temp["method"]).median().sort_values()
+    return "; ".join(f"{m} {v:+.1f} points" for m, v in d.items())
+
+
+def unread_speedups(summary: pd.DataFrame) -> str:
+    """Which speculative cells' speedups are not read because their whole interval lay above
+    their tokens per target step (:data:`specdec.metrics.ABOVE_TOKENS_PER_STEP`), with their
+    baselines' throughput beside the other baselines of the same campaign and batch: these
+    campaigns measure acceptance; their speed, a 135M target's, waits on the host."""
+    from .metrics import ABOVE_TOKENS_PER_STEP, BASELINE
+
+    bad = summary[summary["speedup_status"] == ABOVE_TOKENS_PER_STEP]
+    if bad.empty:
+        return ("every speculative cell's speedup lies within its tokens per target step, as a "
+                "speculative step that costs at least a plain one must")
+    parts = []
+    for (p, w, b), g in bad.groupby(["profile", "workload", "batch_size"]):
+        base = summary[(summary["profile"] == p) & (summary["method"] == BASELINE)
+                       & (summary["batch_size"] == b)]
+        mine = base[base["workload"] == w]["tok_s_median"]
+        rest = base[base["workload"] != w]["tok_s_median"]
+        parts.append(f"`{p}` {w} at batch {int(b)} ({len(g)} cell{'s' if len(g) > 1 else ''}; "
+                     f"its baseline {mine.min():.0f} to {mine.max():.0f} tok/s, the other "
+                     f"workloads' {rest.min():.0f} to {rest.max():.0f})" if len(rest) else
+                     f"`{p}` {w} at batch {int(b)} ({len(g)} cells)")
+    return (f"the speedups of {len(bad)} cells are not read, because their whole interval lay "
+            f"above their tokens per target step, which a speculative step costing at least a "
+            f"plain one cannot reach: " + "; ".join(parts) + ". Their baselines ran slower than "
+            "the rest: a 135M target's step waits on the host, whose speed moves (the protocol "
+            "chapter's vCPUs), so these campaigns measure acceptance, not speed")
 
 
 def ranking(summary: pd.DataFrame, profile: str, k: int, temperature: float = 0.0) -> pd.DataFrame:

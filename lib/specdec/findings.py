@@ -413,7 +413,11 @@ def crossover_sentences(crossover: pd.DataFrame) -> list[str]:
     parts = []
     for r in crossover.itertuples():
         who = f"{r.method} (K = {r.num_speculative_tokens}, {r.workload}) on `{r.profile}`"
-        if len(r.batch_sizes) == 1:
+        if r.recovers:
+            parts.append(f"{who} ran at " + ", ".join(f"{v:.2f}×" for v in r.speedups)
+                         + " at batch " + ", ".join(map(str, r.batch_sizes)) + ": it pays "
+                         "again after a batch where it did not, so no batch is where it stops")
+        elif len(r.batch_sizes) == 1:
             pays = "pays" if pd.isna(r.crossover_batch) else "does not pay"
             parts.append(f"{who} {pays} at batch {r.batch_sizes[0]}, the only batch measured")
         elif pd.notna(r.crossover_batch) and pd.isna(r.last_paying_batch):

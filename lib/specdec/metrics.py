@@ -213,6 +213,10 @@ def _baseline_index(df: pd.DataFrame, where: str) -> dict[tuple, pd.Series]:
     return out
 
 
+#: A speedup status: the cell's whole speedup interval lies above its tokens per target step.
+ABOVE_TOKENS_PER_STEP = "above tokens per step"
+
+
 def with_speedup(summary_df: pd.DataFrame) -> pd.DataFrame:
     """Add each cell's speedup over its baseline (same :data:`BASELINE_KEYS`).
 
@@ -231,9 +235,13 @@ def with_speedup(summary_df: pd.DataFrame) -> pd.DataFrame:
 
     ``speedup_status``: ``"ok"``; ``"baseline"`` (the baseline row itself,
     speedup 1); ``"incomplete"`` (the cell has < ``stats.MIN_REPEATS`` ok
-    repeats); ``"no baseline"``; ``"baseline incomplete"``. Speedup is NaN for
-    every status but ``ok`` and ``baseline``. Unstable cells keep their speedup
-    (flagged by ``unstable`` / ``baseline_unstable``).
+    repeats); ``"no baseline"``; ``"baseline incomplete"``; ``"above tokens per
+    step"`` (:data:`ABOVE_TOKENS_PER_STEP`: the whole speedup interval lies above
+    the cell's tokens per target step, ``mean_acceptance_length``, so a
+    speculative step would have cost less than a plain one: the two engines ran
+    at different host speeds, and the ratio measures the host, not speculation).
+    Speedup is NaN for every status but ``ok`` and ``baseline``. Unstable cells
+    keep their speedup (flagged by ``unstable`` / ``baseline_unstable``).
     """
     _require(summary_df, SUMMARY_COLUMNS, "with_speedup")
     df = summary_df.copy()
@@ -262,6 +270,9 @@ def with_speedup(summary_df: pd.DataFrame) -> pd.DataFrame:
         vals["speedup_status"] = status
         if status == "baseline":
             vals["speedup"] = 1.0
+        elif status == "ok" and r["tok_s_ci_low"] / b["tok_s_ci_high"] > (
+                r["mean_acceptance_length"] if pd.notna(r["mean_acceptance_length"]) else np.inf):
+            vals["speedup_status"] = ABOVE_TOKENS_PER_STEP
         elif status == "ok":
             vals["speedup"] = r["tok_s_median"] / b["tok_s_median"]
             vals["speedup_ci_low"] = r["tok_s_ci_low"] / b["tok_s_ci_high"]
@@ -343,13 +354,15 @@ def crossover_batch(speedup_df: pd.DataFrame) -> pd.DataFrame:
     measured sizes), ``last_paying_batch`` (largest batch size before the first
     speedup ≤ 1; NaN if even the smallest does not pay), ``crossover_batch``
     (first batch size with speedup ≤ 1; NaN if speculation pays at every
-    measured size) and ``crossover_ci_below_1`` (the speedup interval at the
-    crossover lies wholly below 1). Computed from measurements; no interpolation.
+    measured size), ``crossover_ci_below_1`` (the speedup interval at the
+    crossover lies wholly below 1), ``speedups`` (by batch) and ``recovers`` (a
+    larger batch pays again after the crossover: no single batch where it stops).
+    Computed from measurements; no interpolation.
     """
     keys = ["profile", "method", "num_speculative_tokens", "workload", "temperature",
             "compilation", "acceptance_alpha"]
     columns = keys + ["batch_sizes", "last_paying_batch", "crossover_batch",
-                      "crossover_ci_below_1"]
+                      "crossover_ci_below_1", "speedups", "recovers"]
     _require(speedup_df, keys + ["batch_size", "speedup", "speedup_ci_high", "speedup_status"],
              "crossover_batch")
     ok = speedup_df[(speedup_df["speedup_status"] == "ok") & (speedup_df["method"] != BASELINE)]
@@ -366,7 +379,10 @@ def crossover_batch(speedup_df: pd.DataFrame) -> pd.DataFrame:
                      "crossover_batch": float(first["batch_size"]) if first is not None
                      else float("nan"),
                      "crossover_ci_below_1": bool(first["speedup_ci_high"] < 1)
-                     if first is not None else None})
+                     if first is not None else None,
+                     "speedups": [float(v) for v in g["speedup"]],
+                     "recovers": bool(first is not None and (
+                         g.loc[g["batch_size"] > first["batch_size"], "speedup"] > 1).any())})
     return pd.DataFrame(rows, columns=columns)
 
 
