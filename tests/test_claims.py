@@ -424,7 +424,7 @@ def test_set_acceptance_cells_are_labelled_never_the_best():
                        cell("a5", "h200-surface-v2", 0.5, 0.7),
                        cell("a8", "h200-surface-v2", 0.8, 1.9)])
     verdict, text, cells = derive._best(df, None, {"speedup": 1.9})
-    assert verdict == "contradicted" and "best of 1 cell(s): cpu-smollm2/draft-1b" in text
+    assert verdict == "contradicted" and "best of 1 cell: cpu-smollm2/draft-1b" in text
     assert "at set α, not reached" in text and "α 0.8: h200-surface-v2/draft-1b K=3 batch=1 1.90x" in text
     assert cells == ["cpu", "a5", "a8"]
     only_set = derive._best(df.iloc[1:], None, {"speedup": 1.9})

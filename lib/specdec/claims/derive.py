@@ -121,7 +121,7 @@ def _set_cells_text(df) -> str:
         b = g.loc[g["speedup"].idxmax()]
         parts.append(f"α {alpha:g}: {b.profile}/{b.method} K={b.num_speculative_tokens} "
                      f"batch={b.batch_size} {b.speedup:.2f}x")
-    return (f"at set α, not reached ({len(df)} cell(s), the best at each α, a ceiling of that "
+    return (f"at set α, not reached ({_cells(df)}, the best at each α, a ceiling of that "
             f"α and no figure a draft reaches): " + "; ".join(parts))
 
 
@@ -136,7 +136,7 @@ def _best(df, derive, article):
     if len(reached):
         best = reached.loc[reached["speedup"].idxmax()]
         verdict = "reproduced" if _close(best.speedup, article["speedup"]) else "contradicted"
-        parts.append(f"best of {len(reached)} cell(s): {_fmt_cell(best)}")
+        parts.append(f"best of {_cells(reached)}: {_fmt_cell(best)}")
     if is_set.any():
         parts.append(_set_cells_text(df[is_set]))
     return verdict, "; ".join(parts), list(df["cell_id"])

@@ -19,11 +19,13 @@ def judged_summary(table) -> str:
     ours = int((table["verdict"] == OUR_FIGURE).sum())
     if judged.empty and ours == 0:
         return "no numeric claim could be judged from our rows yet"
+    claims = f"{ours} claim{'s' if ours != 1 else ''} show{'s' if ours == 1 else ''}"
     if judged.empty:
         return (f"no numeric claim could be judged from our rows: none is in the article's "
-                f"setting ({ours} claim(s) show our figure in our setting only)")
-    return (f"{len(judged)} numeric claim(s) are judged from rows in the article's setting "
-            f"({', '.join(judged['id'])}); {ours} show our figure in our setting only")
+                f"setting ({claims} our figure in our setting only)")
+    n = len(judged)
+    return (f"{n} numeric claim{'s are' if n != 1 else ' is'} judged from rows in the article's "
+            f"setting ({', '.join(judged['id'])}); {claims} our figure in our setting only")
 
 
 def setting_table(table=None, path: Path | None = None):
