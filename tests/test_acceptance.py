@@ -95,7 +95,7 @@ def test_on_the_surface_takes_the_measured_tokens_at_the_measured_step_cost(summ
     assert est.loc["eagle3", "tokens per step"] == pytest.approx(1.6)
     assert est.loc["eagle3", "speedup"] == pytest.approx(8.0 * 1.6 / (10.0 + 4.0 * alpha))
     assert np.isnan(est.loc["eagle", "speedup"])  # one measured α: nothing to read between
-    assert "eagle3 (α ≈" in acceptance.surface_sentence(est.reset_index())
+    assert "eagle3 (acceptance rate 15%, per-token α ≈" in acceptance.surface_sentence(est.reset_index())
 
 
 def test_adaptive_simulation_uses_the_longest_measured_profile(summary):

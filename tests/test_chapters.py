@@ -329,9 +329,12 @@ def test_draft_cost_sentences_read_the_smallest_batch_at_the_articles_highest_ac
                          "runner": "V1", "batch": [1, 16, 1],
                          "step in baseline steps": [1.5, 2.0, 1.2],
                          "break-even α": [0.6, 0.7, float("nan")],
-                         "at C7 (A, 68 %)": [1.1, 1.0, 1.2], "at C8 (B, 72 %)": [1.2, 1.1, float("nan")]})
+                         "at C7 (A, 68 % acceptance rate)": [1.1, 1.0, 1.2],
+                         "at C8 (B, 72 % acceptance rate)": [1.2, 1.1, float("nan")]})
     said = chapters.draft_cost_sentences(cost, article)
     assert said == {"gpu_draft_cost": "d1 (1B) 1.50; d2 (2B) 1.20",
                     "gpu_draft_be": "d1 α ≈ 0.60; d2 does not break even within the measured α",
-                    "gpu_draft_at": "d1 1.20× (C8, B's 72 %)", "gpu_draft_batch": "1"}
+                    "gpu_draft_at": "d1 1.20× (C8, B's 72 % acceptance rate, per-token α ≈ "
+                                    f"{float(theory.alpha_from_rate(0.72, 4)):.2f} at K = 4)",
+                    "gpu_draft_batch": "1"}
     assert set(chapters.draft_cost_sentences(cost.iloc[0:0], article).values()) == {book.NOT_MEASURED}

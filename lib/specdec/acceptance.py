@@ -437,7 +437,8 @@ def surface_sentence(est: pd.DataFrame) -> str:
     parts = []
     for m, g in done.groupby("method", sort=False):
         a = g.iloc[0]
-        parts.append(f"{m} (α ≈ {a['alpha']:.2f}, read as `{a['surface method']}`): "
+        parts.append(f"{m} (acceptance rate {a['acceptance']:.0%}, per-token α ≈ "
+                     f"{a['alpha']:.2f}, read as `{a['surface method']}`): "
                      f"{surface.speedups_over_batch(g)}")
     return "; ".join(parts)
 
@@ -573,12 +574,17 @@ def adaptive_sentence(sim: pd.DataFrame) -> str:
                      ("at published acceptance (cited)", sim[sim["method"].str.endswith("published")])):
         if g.empty:
             continue
-        r = g["adaptive / best fixed"]
-        parts.append(f"{label}, the article's policy ran at {r.min():.2f}× to {r.max():.2f}× the "
-                     f"speed of the best fixed K (best fixed K {g['best fixed K'].min()} to "
-                     f"{g['best fixed K'].max()}; the policy's mean K {g['adaptive mean K'].min():.1f} "
-                     f"to {g['adaptive mean K'].max():.1f})")
+        parts.append(f"{label}, the article's policy ran at "
+                     f"{_span(g['adaptive / best fixed'], '.2f', '×')} the speed of the best fixed "
+                     f"K (best fixed K {_span(g['best fixed K'], 'd')}; the policy's mean K "
+                     f"{_span(g['adaptive mean K'], '.1f')})")
     return "; ".join(parts) + " (simulated)"
+
+
+def _span(values: pd.Series, spec: str, suffix: str = "") -> str:
+    """``"1.2× to 1.5×"``, or one value where the two ends print alike."""
+    lo, hi = f"{values.min():{spec}}{suffix}", f"{values.max():{spec}}{suffix}"
+    return lo if lo == hi else f"{lo} to {hi}"
 
 
 #: Proposers that need no trained model.

@@ -293,7 +293,7 @@ def draft_cost_table(table: pd.DataFrame | None, drafts: Sequence[str], k: int,
     return pd.DataFrame(rows, columns=columns)
 
 
-def draft_cost_sentences(cost: pd.DataFrame, article: pd.DataFrame) -> dict[str, str]:
+def draft_cost_sentences(cost: pd.DataFrame, article: pd.DataFrame, k: int = 4) -> dict[str, str]:
     """The sentences of :func:`draft_cost_table` at its smallest batch, by glue name: each
     draft's step in baseline steps (``gpu_draft_cost``), its break-even acceptance
     (``gpu_draft_be``), its speedup at the highest acceptance the article claims for a draft
@@ -305,7 +305,8 @@ def draft_cost_sentences(cost: pd.DataFrame, article: pd.DataFrame) -> dict[str,
         return dict.fromkeys(keys, book.NOT_MEASURED)
     b1 = cost[cost["batch"] == cost["batch"].min()]
     top = article.loc[article["acceptance (article says)"].idxmax()]
-    pct = f"{100 * top['acceptance (article says)']:.0f} %"
+    rate = top["acceptance (article says)"]
+    pct = f"{100 * rate:.0f} % acceptance rate"
     best = f"at {top['claim']} ({top['draft']}, {pct})"
     return {
         "gpu_draft_cost": "; ".join(f"{r['method']} ({r['params']}) {r['step in baseline steps']:.2f}"
@@ -316,7 +317,8 @@ def draft_cost_sentences(cost: pd.DataFrame, article: pd.DataFrame) -> dict[str,
             for _, r in b1.iterrows()),
         "gpu_draft_at": "; ".join(f"{r['method']} {r[best]:.2f}×" for _, r in b1.iterrows()
                                   if pd.notna(r[best]))
-        + f" ({top['claim']}, {top['draft']}'s {pct})",
+        + f" ({top['claim']}, {top['draft']}'s {pct}, per-token α ≈ "
+          f"{float(theory.alpha_from_rate(rate, k)):.2f} at K = {k})",
         "gpu_draft_batch": f"{int(cost['batch'].min())}"}
 
 
