@@ -404,6 +404,10 @@ def test_best_k_rule_takes_k_from_each_campaigns_bandwidth():
                                 article)
     assert tie[0] == "contradicted" and "best in 0 of 1, within the best's interval in 1 more" \
         in tie[1]
+    # a best whose interval reaches 1 does not beat the baseline: that sweep decides nothing
+    near = derive._derive_best_k(pd.DataFrame(sweep([3, 5], [1.03, 0.95], half_width=0.1)),
+                                 rule, article)
+    assert near[0] is None and "none decides" in near[1]
     apart = derive._derive_best_k(pd.DataFrame(sweep([3, 5], [1.5, 1.2])), rule, article)
     assert "within the best's interval" not in apart[1]
     # two sweeps (two set alphas) that decide, the rule best in one: not most

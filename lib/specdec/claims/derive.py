@@ -176,9 +176,10 @@ def _derive_best_k(summary, derive, article):
     """The K with the best speedup per sweep (profile, method, workload, batch size and set
     acceptance), among the sweeps that gain at all and measured the K the rule gives on their
     hardware (:func:`rule_k`); the rule holds if that K is the best in most of them. A sweep
-    that never beats the baseline, or never tried the rule's K, decides nothing. Where the
-    rule's K is not the best but its speedup interval reaches the best's, it is named a tie
-    (counted apart, never as a hit)."""
+    whose best does not beat the baseline (its interval reaching 1), or that never tried the
+    rule's K, decides nothing. Where the rule's K is not the best but its speedup lies inside
+    the best's interval, it is named a tie (counted apart, never as a hit), as the K sweep
+    chapter reads one."""
     import pandas as pd
 
     df = _rows_for(summary, derive)
@@ -195,12 +196,12 @@ def _derive_best_k(summary, derive, article):
         label = f"{key[0]}/{key[1]} ({key[2]}, batch {int(key[3])}{alpha})"
         parts.append(f"{label}: best K={int(best.num_speculative_tokens)} "
                      f"({best.speedup:.2f}x; the rule: {want})")
-        if best["speedup"] > 1 and want in set(g["num_speculative_tokens"]):
+        if best["speedup_ci_low"] > 1 and want in set(g["num_speculative_tokens"]):
             deciding.append(label)
             if best["num_speculative_tokens"] == want:
                 hits += 1
-            elif (g.loc[g["num_speculative_tokens"] == want, "speedup_ci_high"]
-                  >= best["speedup_ci_low"]).any():
+            elif (g.loc[g["num_speculative_tokens"] == want, "speedup"]
+                  >= best["speedup_ci_low"]).any():  # inside the best's interval, as the K sweep reads a tie
                 ties += 1
     if not parts:
         return None
