@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specdec import book, chapters, model_configs, protocol, store, theory
+from specdec import book, chapters, model_configs, protocol, stats, store, theory
 from specdec.profiles import ProfileError
 
 
@@ -186,6 +186,24 @@ def test_crossover_of_a_method_that_moves_with_the_host_gives_its_range_not_a_ve
         "of no speculation, so where it stops paying depends on the host"]
     # a spread too small to reach 1 leaves the verdict
     assert "does not pay" in chapters.crossover_sentence(summ, {"d": 0.1})[0]
+
+
+def test_gpu_batch_section_cuts_the_committed_surface_along_the_batch():
+    table = chapters.surface_table("h200-surface-v2", None)
+    spread = protocol.panel_spread("h200-surface-v2")
+    shown, at_k, t = chapters.gpu_batch_section(table, 4, [0.5, 0.8], spread)
+    assert "tok_s_median" in shown and (shown["method"] == "baseline").any()
+    assert set(shown.loc[shown["method"] != "baseline", "acceptance_alpha"]) == {0.8}
+    assert set(at_k["acceptance_alpha"]) == {0.5, 0.8} and set(at_k["num_speculative_tokens"]) == {4}
+    assert at_k["unstable"].tolist() == (at_k["step_ms_cv"] > stats.CV_THRESHOLD).tolist()
+    assert t["gpu_alpha"] == "0.8" and "draft-1b ±" in t["gpu_caveat"]
+    # the 1B draft moves with the host: its range, no verdict; without the spread, a verdict
+    assert "draft-1b (K = 4, repeat) on `h200-surface-v2` ran at" in t["gpu_crossover"]
+    plain = chapters.gpu_batch_section(table, 4, [0.8], None)[2]
+    assert "host spread" not in plain["gpu_crossover"] and plain["gpu_caveat"] == ""
+    assert t["gpu_trend_short"].count("α = ") == 2 and len(t["gpu_trend"]) > len(t["gpu_trend_short"])
+    _, none, t0 = chapters.gpu_batch_section(table, 99, [0.8], spread)
+    assert none.empty and t0["gpu_crossover"] == book.NOT_MEASURED and t0["gpu_caveat"] == ""
 
 
 # -- draft_selection -------------------------------------------------------------------- #

@@ -4,7 +4,7 @@ A notebook is a chapter: parameters, one call here (or into :mod:`metrics`, :mod
 :mod:`findings`) per experiment, figures, glue. What used to be code in a notebook lives
 here, tested (``tests/test_chapters.py``): the article's K table and what its numbers imply
 (``k_sweep``), the measured best K and the model's optimal K beside it, the H200's K sweep read
-from cost and on one host (``k_sweep``), the
+from cost and on one host (``k_sweep``), the H200's surface along the batch, the
 memory-bandwidth roofline and the memory table (``batch_scaling``), the vocabulary check and
 the drafts' sizes (``draft_selection``), the prediction grid over draft costs and the measured
 break-even acceptance on the H200 (``conclusions``).
@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from . import book, comparability, findings, metrics, model_configs, store, surface, theory
+from . import book, comparability, findings, metrics, model_configs, stats, store, surface, theory
 from .profiles import ProfileError, load_profile, measure_version
 
 
@@ -319,6 +319,35 @@ def crossover_sentence(summary: pd.DataFrame,
                           f"depends on the host")
         parts.append(clause)
     return ("; ".join(parts) if parts else findings.NO_CROSSOVER), parts
+
+
+def gpu_batch_section(table: pd.DataFrame, k: int, alphas: Sequence[float], spread: pd.Series | None
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
+    """A protocol-2 surface (``table``: :func:`surface_table` rows) cut along the batch at ``k``:
+    the throughput figure's rows (the baseline and each method at the last of ``alphas``,
+    ``tok_s`` as ``tok_s_median``), the speedup figures' rows at every α of ``alphas`` with
+    ``unstable`` where the step time's CV exceeds :data:`stats.CV_THRESHOLD` (a speedup read from
+    cost is as steady as the step it reads; the throughput's CV also carries the synthetic
+    draw), and the sentences, by glue name: where speculation stops paying at the last α
+    (``gpu_crossover``, :func:`crossover_sentence`), the caveat on its methods that move with
+    the host (``gpu_caveat``, :func:`protocol.host_caveat`; ``spread``:
+    :func:`protocol.panel_spread`), the batch's effect at each α (``gpu_trend``,
+    ``gpu_trend_short``) and that α (``gpu_alpha``)."""
+    from . import protocol
+
+    at_k = table[(table["num_speculative_tokens"] == k) & table["acceptance_alpha"].isin(alphas)]
+    last = at_k[at_k["acceptance_alpha"] == alphas[-1]]
+    shown = pd.concat([table[table["method"] == "baseline"], last], ignore_index=True)
+    cross, clauses = crossover_sentence(last, protocol.moved_spread(spread))
+    at_gpu_k = table[table["num_speculative_tokens"] == k]
+    return (shown.rename(columns={"tok_s": "tok_s_median"}),
+            at_k.assign(unstable=at_k["step_ms_cv"] > stats.CV_THRESHOLD), {
+                "gpu_crossover": cross if clauses else book.NOT_MEASURED,
+                "gpu_caveat": protocol.host_caveat(sorted(at_k["method"].unique()), spread),
+                "gpu_trend": "; ".join(findings.batch_trend_at_set(at_gpu_k, a) for a in alphas),
+                "gpu_trend_short": "; ".join(findings.batch_trend_at_set(at_gpu_k, a, detail=False)
+                                             for a in alphas),
+                "gpu_alpha": f"{alphas[-1]:g}"})
 
 
 # --------------------------------------------------------------------------- #
