@@ -188,7 +188,7 @@ def test_crossover_of_a_method_that_moves_with_the_host_gives_its_range_not_a_ve
     assert "does not pay" in chapters.crossover_sentence(summ, {"d": 0.1})[0]
 
 
-def test_gpu_batch_section_cuts_the_committed_surface_along_the_batch():
+def test_gpu_batch_section_cuts_the_committed_surface_along_the_batch(tmp_path):
     table = chapters.surface_table("h200-surface-v2", None)
     spread = protocol.panel_spread("h200-surface-v2")
     shown, at_k, t = chapters.gpu_batch_section(table, 4, [0.5, 0.8], spread)
@@ -204,6 +204,13 @@ def test_gpu_batch_section_cuts_the_committed_surface_along_the_batch():
     assert t["gpu_trend_short"].count("α = ") == 2 and len(t["gpu_trend"]) > len(t["gpu_trend_short"])
     _, none, t0 = chapters.gpu_batch_section(table, 99, [0.8], spread)
     assert none.empty and t0["gpu_crossover"] == book.NOT_MEASURED and t0["gpu_caveat"] == ""
+    # a results folder without the campaign's rows: the surface of its empty summary
+    from specdec import surface
+
+    empty = surface.table(book.chapter_data(["h200-surface-v2"], "surface-k4",
+                                            results_root=tmp_path).summary)
+    shown, none, t0 = chapters.gpu_batch_section(empty, 4, [0.5, 0.8], spread)
+    assert shown.empty and none.empty and t0["gpu_crossover"] == book.NOT_MEASURED
 
 
 # -- draft_selection -------------------------------------------------------------------- #

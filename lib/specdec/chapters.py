@@ -341,7 +341,7 @@ def gpu_batch_section(table: pd.DataFrame, k: int, alphas: Sequence[float], spre
     cross, clauses = crossover_sentence(last, protocol.moved_spread(spread))
     at_gpu_k = table[table["num_speculative_tokens"] == k]
     return (shown.rename(columns={"tok_s": "tok_s_median"}),
-            at_k.assign(unstable=at_k["step_ms_cv"] > stats.CV_THRESHOLD), {
+            at_k.assign(unstable=at_k["step_ms_cv"] > stats.CV_THRESHOLD) if len(at_k) else at_k, {
                 "gpu_crossover": cross if clauses else book.NOT_MEASURED,
                 "gpu_caveat": protocol.host_caveat(sorted(at_k["method"].unique()), spread),
                 "gpu_trend": "; ".join(findings.batch_trend_at_set(at_gpu_k, a) for a in alphas),
