@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specdec import book, chapters, model_configs, theory
+from specdec import book, chapters, model_configs, protocol, stats, store, theory
 from specdec.profiles import ProfileError
 
 
@@ -63,6 +63,75 @@ def test_best_k_table_and_the_models_optimal_k_beside_it():
     assert "measured_best_k" not in chapters.optimal_k_table(summ, fit, best.iloc[:0]).columns
 
 
+def _sweep_table():
+    """Method e swept at K 2 to 8 at set α 0.8 (K 4 from the surface's lease L2, the rest from
+    L1), and at K 4 alone at α 0.5 (the surface's grid); method f at two K only."""
+    rows = [{"method": "e", "batch_size": 1, "acceptance_alpha": 0.8, "num_speculative_tokens": k,
+             "lease_id": "L2" if k == 4 else "L1", "speedup": 1.0, "step_ms": ms}
+            for k, ms in ((2, 10.0), (4, 11.0), (6, 13.0), (8, 14.0))]
+    rows += [{"method": "e", "batch_size": 1, "acceptance_alpha": 0.5, "num_speculative_tokens": 4,
+              "lease_id": "L2", "speedup": 1.0, "step_ms": 11.0}]
+    rows += [{"method": "f", "batch_size": 1, "acceptance_alpha": 0.8, "num_speculative_tokens": k,
+              "lease_id": "L1", "speedup": 1.0, "step_ms": 9.0} for k in (4, 6)]
+    rows += [{"method": "baseline", "batch_size": 1, "acceptance_alpha": None,
+              "num_speculative_tokens": 0, "lease_id": "L1", "speedup": 1.0, "step_ms": 6.0}]
+    return pd.DataFrame(rows)
+
+
+def test_gpu_k_sweep_reads_the_lines_swept_and_the_step_per_k_within_their_lease():
+    lines, own, t = chapters.gpu_k_sweep(_sweep_table(), 4, None, pd.DataFrame(),
+                                         pd.Series({"e": 0.2, "f": 0.01}))
+    assert set(lines["method"]) == {"e"} and set(lines["acceptance_alpha"]) == {0.8}
+    assert lines.loc[lines["other_lease"], "num_speculative_tokens"].tolist() == [4]
+    assert own.empty and t["sweep_k4"] == "no configuration measured in both yet"
+    assert t["sweep_methods"] == "e (K = 2, 4, 6, 8; batch 1)"
+    assert t["sweep_spread"] == "e ±10%"
+    # K 4 (another lease) left out: 3 ms over 2 to 6, then 1 ms over 6 to 8
+    assert t["sweep_steps"] == "e at batch 1: 0.50 to 0.75 ms per K, the most from K = 2 to 6"
+    lines, own, t = chapters.gpu_k_sweep(_sweep_table().iloc[0:0], 4, None, pd.DataFrame(), None)
+    assert lines.empty and own is None
+    assert (t["sweep_methods"], t["sweep_spread"], t["sweep_steps"]) == (
+        "none yet", "no panel yet", "not measured yet")
+
+
+def test_gpu_k_sweep_of_the_committed_campaign_sets_the_surfaces_k_beside_its_panel():
+    table = chapters.surface_table("h200-surface-v2", None)
+    panel_cells = protocol.cells(protocol.load_panels("h200-surface-v2"))
+    spread = protocol.method_spread(protocol.panel_table(panel_cells))
+    lines, own, t = chapters.gpu_k_sweep(table, 4, panel_cells, store.load_runs("h200-surface-v2"), spread)
+    assert {"eagle3", "draft-1b"} <= set(lines["method"])
+    key = ["method", "batch_size", "acceptance_alpha", "num_speculative_tokens"]
+    other = set(map(tuple, lines.loc[lines["other_lease"], key].to_numpy().tolist()))
+    assert 4 in {k for *_, k in other}  # the surface's K, measured in another lease
+    assert len(own) and set(map(tuple, own[key].to_numpy().tolist())) <= other
+    assert set(own["panel_phase"]) == {"start", "end"}
+    assert own["speedup_cost"].notna().all()  # the 1B draft's V1 panel cells too
+    assert "eagle3 at batch 1, α = 0.8: " in t["sweep_k4"] and "(start and end panel)" in t["sweep_k4"]
+    assert t["sweep_spread"].startswith("draft-1b ±")
+
+
+def test_one_host_sentences_read_the_sweep_on_the_median_panel_host():
+    panel = pd.DataFrame([{"lease_id": lease, "panel_phase": ph, "method": "d", "batch_size": 1,
+                           "step_ms": ms, "cell_id": "d1"}
+                          for lease, ph, ms in [("L1", "start", 10.0), ("L1", "end", 11.0),
+                                                ("L2", "start", 20.0), ("L2", "end", 20.0)]])
+    spread = protocol.method_spread(panel)
+    rows = pd.DataFrame([{"method": "d", "batch_size": 1, "acceptance_alpha": 0.8,
+                          "num_speculative_tokens": k, "lease_id": "L2" if k == 1 else "L1",
+                          "speedup": s, "speedup_ci_low": s - 0.01, "speedup_ci_high": s + 0.01}
+                         for k, s in [(1, 1.0), (2, 1.3), (3, 1.25), (4, 1.1), (5, 1.0)]])
+    t = chapters.one_host_sentences(protocol.one_host(rows, panel, spread), panel, spread)
+    # L2's factor 20 / 15.5 lifts K = 1 above L1's K = 2 (1.3 × 10.49 / 15.5)
+    assert t["norm_best"].startswith("d at batch 1, α = 0.8: *K* = 1 (1.29×")
+    assert t["norm_summary"] == "d: *K* = 1"
+    assert t["norm_factors"] == "0.68 to 1.29" and t["norm_drift"] == "d up to 10%"
+    assert t["norm_methods"] == "d (±50%)" and t["panel_batches"] == "1"
+    assert t["panel_bounds"] == "within 3% over the panel, 5% in its worst cell"
+    none = chapters.one_host_sentences(rows.iloc[0:0], None, None)
+    assert (none["panel_batches"], none["norm_methods"], none["norm_best"]) == (
+        "none", "none", book.NOT_MEASURED) and set(none) == set(t)
+
+
 # -- batch_scaling ---------------------------------------------------------------------- #
 def test_roofline_reads_bandwidth_from_the_profile_and_bytes_from_the_config():
     summ = pd.DataFrame({"profile": ["h200-mechanics"], "method": ["baseline"], "batch_size": [1],
@@ -117,6 +186,31 @@ def test_crossover_of_a_method_that_moves_with_the_host_gives_its_range_not_a_ve
         "of no speculation, so where it stops paying depends on the host"]
     # a spread too small to reach 1 leaves the verdict
     assert "does not pay" in chapters.crossover_sentence(summ, {"d": 0.1})[0]
+
+
+def test_gpu_batch_section_cuts_the_committed_surface_along_the_batch(tmp_path):
+    table = chapters.surface_table("h200-surface-v2", None)
+    spread = protocol.panel_spread("h200-surface-v2")
+    shown, at_k, t = chapters.gpu_batch_section(table, 4, [0.5, 0.8], spread)
+    assert "tok_s_median" in shown and (shown["method"] == "baseline").any()
+    assert set(shown.loc[shown["method"] != "baseline", "acceptance_alpha"]) == {0.8}
+    assert set(at_k["acceptance_alpha"]) == {0.5, 0.8} and set(at_k["num_speculative_tokens"]) == {4}
+    assert at_k["unstable"].tolist() == (at_k["step_ms_cv"] > stats.CV_THRESHOLD).tolist()
+    assert t["gpu_alpha"] == "0.8" and "draft-1b ±" in t["gpu_caveat"]
+    # the 1B draft moves with the host: its range, no verdict; without the spread, a verdict
+    assert "draft-1b (K = 4, repeat) on `h200-surface-v2` ran at" in t["gpu_crossover"]
+    plain = chapters.gpu_batch_section(table, 4, [0.8], None)[2]
+    assert "host spread" not in plain["gpu_crossover"] and plain["gpu_caveat"] == ""
+    assert t["gpu_trend_short"].count("α = ") == 2 and len(t["gpu_trend"]) > len(t["gpu_trend_short"])
+    _, none, t0 = chapters.gpu_batch_section(table, 99, [0.8], spread)
+    assert none.empty and t0["gpu_crossover"] == book.NOT_MEASURED and t0["gpu_caveat"] == ""
+    # a results folder without the campaign's rows: the surface of its empty summary
+    from specdec import surface
+
+    empty = surface.table(book.chapter_data(["h200-surface-v2"], "surface-k4",
+                                            results_root=tmp_path).summary)
+    shown, none, t0 = chapters.gpu_batch_section(empty, 4, [0.5, 0.8], spread)
+    assert shown.empty and none.empty and t0["gpu_crossover"] == book.NOT_MEASURED
 
 
 # -- draft_selection -------------------------------------------------------------------- #

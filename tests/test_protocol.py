@@ -571,3 +571,156 @@ def test_lease_label_is_the_number_and_the_phase():
 
     assert plots_surface.lease_label("2026-12-03-h200-10", "start") == "10s"
     assert plots_surface.lease_label("2026-12-01-h200", "end") == "2026-12-01-h200e"
+
+
+def _panel_rows():
+    """Two leases' panels on two GPUs: the baseline steady, EAGLE-3 at batch 16 moving 10 %
+    within the first lease, the 1B draft twice as slow in the second; steal in lease L2 only."""
+    rows = []
+    for lease, gpu, phase, base, e3, d1, steal in [
+            ("L1", "GPU-aaaaaaaaaaaa-1", "start", 6.0, 7.0, 10.0, None),
+            ("L1", "GPU-aaaaaaaaaaaa-1", "end", 6.0, 7.7, 10.0, None),
+            ("L2", "GPU-bbbbbbbbbbbb-2", "start", 6.06, 7.0, 20.0, 0.5)]:
+        for b in (1, 16):
+            rows += [{**r, "gpu_uuid": gpu, "host_steal_pct": steal, "cell_id": f"{r['cell_id']}-{b}"}
+                     for r in _rows("baseline", 0, None, base, 1.0, batch=b, lease=lease, phase=phase)
+                     + _rows("eagle3", 4, 0.8, e3 if b == 16 else 7.0, 3.36, batch=b, lease=lease, phase=phase)
+                     + _rows("draft-1b", 4, 0.8, d1, 3.36, runner=V1, batch=b, lease=lease, phase=phase)]
+    return pd.DataFrame(rows)
+
+
+def test_panel_sentences_name_the_moving_methods_hosts_and_steal():
+    runs = _panel_rows()
+    panel = protocol.panel_table(protocol.cells(runs))
+    t = protocol.panel_sentences(panel, runs)
+    assert t["panel_sentence"] == ("Across every panel, the step time of `baseline` stayed within 3 % "
+                                   "between the panels; `draft-1b`, `eagle3` moved by more than 5 %.")
+    assert t["n_leases"] == "2"
+    assert t["n_hosts"] == "2 GPUs named by their UUID (`GPU-aaaaaaaa…` in L1; `GPU-bbbbbbbb…` in L2)"
+    assert t["base_host_gap"] == "1.0 % at batch 1 and 1.0 % at batch 16"
+    assert t["e3_16_moves"] == "10.0 % in L1 (L2: one panel only)"
+    assert t["lease_sentence"].startswith("`baseline` 1.0 % at batch 1, 1.0 % at batch 16; ")
+    assert "`draft-1b` 100.0 % at batch 1" in t["lease_sentence"]
+    assert "0.50 % of the machine's CPU time in the start panel of L2" in t["steal_sentence"]
+    assert protocol.panel_sentences(panel, runs.assign(host_steal_pct=None))["steal_sentence"] == \
+        "No panel records the hypervisor's steal yet."
+    none = protocol.panel_sentences(None, runs.iloc[0:0])
+    assert none["n_leases"] == "0" and none["e3_16_moves"] == "not measured yet"
+    assert set(none) == set(t)
+
+
+def test_controls_section_reads_each_pin_against_its_own_baseline_and_lease():
+    rows = (_rows("baseline", 0, None, 6.0, 1.0, lease="L7") + _rows("baseline-v1", 0, None, 6.0, 1.0, runner=V1, lease="L7")
+            + _rows("baseline-v1-inproc", 0, None, 6.0, 1.0, runner=V1, core="inproc", lease="L7")
+            + _rows("eagle3", 4, 0.8, 7.0, 3.36, lease="L7", jitter=0.01)
+            + _rows("eagle3-v1", 4, 0.8, 8.0, 3.36, runner=V1, lease="L7", jitter=0.02)
+            + _rows("eagle3-v1-inproc", 4, 0.8, 9.0, 3.36, runner=V1, core="inproc", lease="L7")
+            + _rows("draft-1b", 4, 0.8, 12.0, 3.36, runner=V1, lease="L7")
+            + _rows("draft-1b-inproc", 4, 0.8, 12.5, 3.36, runner=V1, core="inproc", lease="L8")
+            + _rows("draft-1b-async", 4, 0.8, 11.0, 3.36, runner=V1, lease="L8"))
+    panel_runs = (_rows("baseline", 0, None, 6.0, 1.0, lease="L8", phase="start")
+                  + _rows("draft-1b", 4, 0.8, 13.0, 3.36, runner=V1, lease="L8", phase="start")
+                  + _rows("draft-1b", 4, 0.8, 14.0, 3.36, runner=V1, lease="L8", phase="end")
+                  + _rows("draft-1b", 4, 0.8, 20.0, 3.36, runner=V1, lease="L9", phase="start"))
+    cell_df = protocol.cells(pd.DataFrame(rows))
+    panel_cells = protocol.cells(pd.DataFrame(panel_runs))
+    ctrl, other, t = protocol.controls_section(protocol.speedups(cell_df), cell_df, panel_cells,
+                                               protocol.panel_table(panel_cells))
+    e = theory.expected_tokens_per_step(0.8, 4)
+    assert t["ctrl_runner"].startswith(f"{e * 6 / 7:.2f}× on V2 against {e * 6 / 8:.2f}× on V1 at batch 1")
+    assert t["ctrl_core"].startswith(f"{e * 6 / 9:.2f}× at batch 1")
+    assert t["ctrl_cv"].endswith("on V2 and 0.0 % on V1") and not t["ctrl_cv"].startswith("0.0 %")
+    # the in-process 1B draft of L8 beside L8's panel cells; the other leases' panels apart
+    assert t["ctrl_draft"] == ("batch 1: 12.5 ms in process, 13.0 ms, 14.0 ms with vLLM's core "
+                               "(the panel's start and end)")
+    assert list(other.index) == ["L9"] and t["ctrl_draft_other"].startswith("20.0 to 20.0 ms")
+    assert t["ctrl_async"].startswith("batch 1: 11.0 ms (CV 0 %) with it, against 13.0 ms (CV 0 %) "
+                                      "and 14.0 ms (CV 0 %) without it")
+    assert t["ctrl_pinned"].startswith("batch 1: nan ms")  # not measured: said as nan, as before
+    assert set(ctrl["method"]) >= {"eagle3", "eagle3-v1", "draft-1b-async"}
+    none = protocol.controls_section(None, None, None, None)
+    assert none[0] is None and none[1].empty and set(none[2]) == set(t)
+    assert set(none[2].values()) == {"not measured yet"}
+
+
+def test_old_rows_section_from_the_committed_rows(tmp_path):
+    from specdec import store
+
+    runs = store.load_runs("h200-surface-v2")
+    runs = runs[runs["workload"] == "repeat"]
+    explained, t = protocol.old_rows_section("h200-surface", runs, protocol.cells(runs))
+    assert list(explained["method"]) == [c[0] for c in protocol.OLD_CONFIGS]
+    assert explained["old rows"].notna().all()
+    e3 = explained[explained["method"] == "eagle3"]
+    # each step back to vLLM's defaults multiplies up to the whole way
+    step = lambda a, b: (e3[a] / e3[b]).to_numpy()
+    assert step("V2, default core", "old rows") == pytest.approx(
+        step("V1, in-process", "old rows") * step("V1, default core", "V1, in-process")
+        * step("V2, default core", "V1, default core"))
+    assert t["e3_all"].endswith("×") and t["base_move"].endswith(" %") and t["top_clock"].endswith(" MHz")
+    assert t["old_tokens"] == "128"
+    # without the old rows (another results folder): the table is None, the sentences say so
+    none, t0 = protocol.old_rows_section("h200-surface", runs, protocol.cells(runs), tmp_path)
+    assert none is None and t0["e3_all"] == "not measured yet" and t0["old_tokens"] == "128"
+
+
+def test_survey_sentences_give_the_two_speeds():
+    survey = pd.DataFrame({"lease_id": ["L1"] * 4 + ["L2"] * 2, "panel_phase": "start",
+                           "vcpu": [0, 0, 1, 1, 0, 0], "pass": [0, 1, 0, 1, 0, 1],
+                           "probe_us": [1000.0, 2000.0, 1000.0, 1000.0, 2000.0, 2000.0]})
+    t = protocol.survey_sentences(survey)
+    assert (t["sv_fast"], t["sv_slow"], t["sv_ratio"], t["sv_share"]) == ("1.00 ms", "2.00 ms", "2.0", "50 %")
+    assert t["sv_both"] == "1 of 3 vCPUs (each lease's counted apart)"
+    assert t["sv_surveys"] == "2 surveys in 2 leases"
+    assert set(protocol.survey_sentences(survey.iloc[0:0]).values()) == {"not measured yet"}
+
+
+def test_vcpu_sentences_read_the_step_against_the_engines_vcpu():
+    survey = pd.DataFrame({"lease_id": "L", "panel_phase": "start", "vcpu": [0, 1, 2, 3],
+                           "pass": 0, "probe_us": [1000.0, 1000.0, 1600.0, 1600.0]})
+    rows = []
+    for r, share in enumerate([0.0, 0.2, 0.5, 0.7, 1.0, 0.4]):
+        probe = 1000.0 + 600.0 * share
+        rows += [{**_rows("draft-1b", 4, 0.8, 2.0 + 10.0 * probe / 1000.0, 3.3, runner=V1, reps=1,
+                          lease="L", phase="start")[0],
+                  "repeat": r, "engine_vcpu_probe_us": probe, "timestamp_utc": f"t{r}"}]
+        rows += [{**_rows("eagle3", 4, 0.8, 7.0 + 0.001 * (r % 2), 3.3, reps=1, lease="L", phase="start")[0],
+                  "repeat": r, "engine_vcpu_probe_us": probe, "timestamp_utc": f"t{r}"}]
+    reps = protocol.repeats(pd.DataFrame(rows))
+    shared = protocol.slow_share(reps, survey)
+    fit = protocol.vcpu_speed_fit(shared)
+    t = protocol.vcpu_sentences(shared, fit, protocol.probe_across_leases(reps), reps)
+    assert t["vf_leases"] == "L" and t["vf_medusa"] == "not measured yet"
+    assert t["vf_1b"].startswith("1.50 times as long on a slow vCPU as on a fast one (Pearson's r = 1.00 over 6")
+    assert t["vf_v2"] == "0.0 %"
+    assert t["pl_1b"] == "r = 1.00 at batch 1 over 6 repeats in 1 leases"
+    assert t["pl_line"] == "2.0 ms + 10.0 ms per ms of probe at batch 1"
+    assert t["pl_cv"] == "2.3 % instead of 14.4 % at batch 1"
+    assert t["pl_v2"].startswith("eagle3 at batch 1: r = ") and t["pl_v2"].endswith("probe's range")
+    empty = protocol.vcpu_sentences(shared.iloc[0:0], fit.iloc[0:0], protocol.probe_across_leases(reps.iloc[0:0]),
+                                    reps.iloc[0:0])
+    assert set(empty.values()) <= {"none yet", "not measured yet"} and set(empty) == set(t)
+
+
+def test_host_bound_sentences_read_the_gpu_idle_share_and_the_engine_core():
+    rows = []
+    for r, (step, util, cpu) in enumerate([(12, 90, 0.5), (16, 70, 0.6), (20, 55, 0.9),
+                                           (14, 80, 0.55), (18, 60, 0.8)]):
+        stamps = {"repeat": r, "host_probe_us": 1000.0 + 10 * r, "host_steal_pct": 0.1 * r,
+                  "host_busy_pct": 6.5, "timestamp_utc": f"t{r}"}
+        rows += [{**_rows("draft-1b", 4, 0.8, step, 3.3, runner=V1, reps=1, lease="L1")[0],
+                  **stamps, "gpu_util_pct": util, "engine_cpu_s": 1.0}]
+        rows += [{**_rows("eagle3", 4, 0.8, 7.0 * (1 + (cpu - 0.5) / 10), 3.3, batch=16, reps=1,
+                          lease="L1", phase="start")[0],
+                  **stamps, "gpu_util_pct": 100.0 - r, "engine_cpu_s": cpu}]
+    reps = protocol.repeats(pd.DataFrame(rows))
+    hb = protocol.host_bound(reps)
+    p16, t = protocol.host_bound_sentences(hb, reps)
+    assert t["hb_util_v2"] == "96 %"
+    assert t["hb_util_v1"] == "a median 70–70.0 % (as little as 55 % in a repeat)"
+    assert t["hb_r_util"].startswith("-0.9") and t["hb_steal"] == "0.4 %" and t["hb_busy"] == "6.5 %"
+    assert t["hb_e3_r"].endswith("over 5 repeats") and float(t["hb_e3_r"].split()[0]) > 0.99
+    assert t["hb_probe"] == "1.00 to 1.04 ms" and t["hb_r_probe_leases"].endswith(" in L1")
+    assert len(p16) == 1 and t["hb_e3_panels"].endswith("over 1 panels")
+    none_table, none = protocol.host_bound_sentences(hb.iloc[0:0], reps)
+    assert none_table.empty and set(none) == set(t) and set(none.values()) == {"not measured yet"}

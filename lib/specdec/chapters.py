@@ -3,7 +3,8 @@
 A notebook is a chapter: parameters, one call here (or into :mod:`metrics`, :mod:`theory`,
 :mod:`findings`) per experiment, figures, glue. What used to be code in a notebook lives
 here, tested (``tests/test_chapters.py``): the article's K table and what its numbers imply
-(``k_sweep``), the measured best K and the model's optimal K beside it (``k_sweep``), the
+(``k_sweep``), the measured best K and the model's optimal K beside it, the H200's K sweep read
+from cost and on one host (``k_sweep``), the H200's surface along the batch, the
 memory-bandwidth roofline and the memory table (``batch_scaling``), the vocabulary check and
 the drafts' sizes (``draft_selection``), the prediction grid over draft costs and the measured
 break-even acceptance on the H200 (``conclusions``).
@@ -22,7 +23,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from . import book, comparability, findings, metrics, model_configs, store, surface, theory
+from . import book, comparability, findings, metrics, model_configs, stats, store, surface, theory
 from .profiles import ProfileError, load_profile, measure_version
 
 
@@ -107,9 +108,6 @@ def optimal_k_table(summary: pd.DataFrame, fit: theory.FitResult, best_k: pd.Dat
     return table
 
 
-# --------------------------------------------------------------------------- #
-# batch_scaling
-# --------------------------------------------------------------------------- #
 def best_k_view(best: pd.DataFrame) -> pd.DataFrame:
     """:func:`surface.best_k` as the k_sweep chapter's table: a row per method and batch, a
     column per set α, each cell the best K and the K it ties with: inside its interval (≈), or
@@ -129,6 +127,101 @@ def best_k_view(best: pd.DataFrame) -> pd.DataFrame:
     return view.fillna("–")
 
 
+def gpu_k_sweep(table: pd.DataFrame, surface_k: int, panel_cells: pd.DataFrame | None,
+                runs: pd.DataFrame, spread: pd.Series | None
+                ) -> tuple[pd.DataFrame, pd.DataFrame | None, dict[str, str]]:
+    """The K sweep of a protocol-2 campaign read from cost (``table``: :func:`surface_table`
+    rows): each method and batch size measured at three K or more, at the set α the sweep
+    measured at another K than the surface's ``surface_k``, as lines
+    (:func:`protocol.sweep_own_panel`: ``other_lease`` on a cell of another lease) with the same
+    configuration as the control panel of the line's own lease measured it (``own``; None where
+    nothing is swept). ``panel_cells``: :func:`protocol.cells` of the panels, a panel cell on
+    another runner than the panel's baseline (the 1B draft, V1) read against the baseline of the
+    campaign's ``runs``; ``spread``: :func:`protocol.method_spread`. The sentences, by glue
+    name: what was swept (``sweep_methods``), the cells of another lease beside their panel
+    (``sweep_k4``), each swept method's spread (``sweep_spread``) and how the step's cost grows
+    from one measured K to the next at the largest set α, within the line's own lease
+    (``sweep_steps``)."""
+    from . import protocol
+
+    spec = table[(table["method"] != "baseline") & table["acceptance_alpha"].notna()]
+    n_k = spec.groupby(["method", "batch_size"])["num_speculative_tokens"].nunique()
+    sweep = spec.merge(n_k[n_k >= 3].reset_index()[["method", "batch_size"]], on=["method", "batch_size"])
+    # the set alphas the sweep measured at other K than the surface's (not the surface's whole grid)
+    sweep = sweep[sweep["acceptance_alpha"].isin(
+        sweep.loc[sweep["num_speculative_tokens"] != surface_k, "acceptance_alpha"].unique())]
+    in_lease = (protocol.panel_speedups(panel_cells, protocol.cells(runs))
+                if panel_cells is not None else None)
+    lines, own = protocol.sweep_own_panel(sweep, in_lease) if len(sweep) else (sweep, None)
+    pairs = [f"{m} at batch {int(b)}, α = {a:g}: {g['other_speedup'].iloc[0]:.2f}× in the surface's "
+             f"lease, {', '.join(f'{v:.2f}×' for v in g['speedup_cost'])} in the sweep's "
+             f"({' and '.join(g['panel_phase'])} panel)"
+             for (m, b, a), g in (own.groupby(["method", "batch_size", "acceptance_alpha"])
+                                  if own is not None else [])]
+    # ms per K from one measured K to the next, within the line's own lease (a host-bound
+    # step moves between leases)
+    grow = []
+    home = lines[~lines["other_lease"]] if "other_lease" in lines else lines
+    for (m, b), g in home[home["acceptance_alpha"] == home["acceptance_alpha"].max()].groupby(
+            ["method", "batch_size"]):
+        s = g.groupby("num_speculative_tokens")["step_ms"].median().sort_index()
+        per_k = (s.diff() / s.index.to_series().diff()).dropna()
+        if len(per_k) > 1:
+            top = per_k.idxmax()
+            prev = s.index[s.index.get_loc(top) - 1]
+            grow.append(f"{m} at batch {int(b)}: {per_k.min():.2f} to {per_k.max():.2f} ms per K, "
+                        f"the most from K = {int(prev)} to {int(top)}")
+    return lines, own, {
+        "sweep_methods": "; ".join(
+            f"{m} (K = {', '.join(str(int(k)) for k in sorted(g.num_speculative_tokens.unique()))}; "
+            f"batch {', '.join(str(int(b)) for b in sorted(g.batch_size.unique()))})"
+            for m, g in sweep.groupby("method")) or "none yet",
+        "sweep_k4": "; ".join(pairs) if pairs else "no configuration measured in both yet",
+        "sweep_spread": "; ".join(
+            f"{m} ±{spread[m] / 2:.0%}" for m in sorted(set(sweep["method"]))
+            if spread is not None and pd.notna(spread.get(m))) or "no panel yet",
+        "sweep_steps": "; ".join(grow) or "not measured yet"}
+
+
+def one_host_sentences(norm: pd.DataFrame, panel: pd.DataFrame | None,
+                       spread: pd.Series | None) -> dict[str, str]:
+    """The sentences of a K sweep read as on one host (``norm``: :func:`protocol.one_host` of
+    :func:`gpu_k_sweep`'s lines; ``panel``: :func:`protocol.panel_table`; ``spread``:
+    :func:`protocol.method_spread`), by glue name: the protocol's bounds on the panel
+    (``panel_bounds``), the batch sizes the panel measures (``panel_batches``), the methods so
+    read with their spread (``norm_methods``), each line's fastest K on one host
+    (``norm_best``, a sweep of five K or more, :func:`surface.best_k`) and per method
+    (``norm_summary``), the range of the host factors (``norm_factors``) and how far the panel
+    moved within a lease (``norm_drift``)."""
+    from . import protocol
+
+    texts = {"panel_bounds": f"within {protocol.PANEL_MEDIAN:.0%} over the panel, "
+                             f"{protocol.PANEL_WORST:.0%} in its worst cell",
+             "panel_batches": (", ".join(str(int(b)) for b in sorted(panel["batch_size"].unique()))
+                               if panel is not None else "none"),
+             "norm_methods": ", ".join(f"{m} (±{spread[m] / 2:.0%})"
+                                       for m in (sorted(set(norm["method"])) if len(norm) else []))
+             or "none"}
+    if not len(norm):
+        return texts | dict.fromkeys(("norm_best", "norm_factors", "norm_drift", "norm_summary"),
+                                     book.NOT_MEASURED)
+    best = surface.best_k(norm, min_ks=5)
+    factors = norm.groupby(["method", "lease_id"])["host_factor"].agg(["min", "max"])
+    by = best.groupby("method")["best_k"].agg(
+        lambda k: f"{k.min()}–{k.max()}" if k.min() != k.max() else f"{k.min()}")
+    return texts | {
+        "norm_best": "; ".join(
+            f"{r.method} at batch {r.batch_size}, α = {r.acceptance_alpha:g}: "
+            + best_k_phrase(r.best_k, r.best_speedup, r.overlaps)
+            for r in best.itertuples()) or "no sweep of five *K* or more",
+        "norm_factors": f"{factors['min'].min():.2f} to {factors['max'].max():.2f}",
+        "norm_summary": "; ".join(f"{m}: *K* = {r}" for m, r in by.items()) or book.NOT_MEASURED,
+        "norm_drift": "; ".join(f"{m} up to {g['panel_drift'].max():.0%}" for m, g in norm.groupby("method"))}
+
+
+# --------------------------------------------------------------------------- #
+# batch_scaling
+# --------------------------------------------------------------------------- #
 def article_batch_table(claimed: pd.DataFrame) -> pd.DataFrame:
     """The article's batch table (``claimed``: :func:`book.article_claims` rows of C18-C20)
     with the baseline throughput per request its own numbers give."""
@@ -226,6 +319,35 @@ def crossover_sentence(summary: pd.DataFrame,
                           f"depends on the host")
         parts.append(clause)
     return ("; ".join(parts) if parts else findings.NO_CROSSOVER), parts
+
+
+def gpu_batch_section(table: pd.DataFrame, k: int, alphas: Sequence[float], spread: pd.Series | None
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
+    """A protocol-2 surface (``table``: :func:`surface_table` rows) cut along the batch at ``k``:
+    the throughput figure's rows (the baseline and each method at the last of ``alphas``,
+    ``tok_s`` as ``tok_s_median``), the speedup figures' rows at every α of ``alphas`` with
+    ``unstable`` where the step time's CV exceeds :data:`stats.CV_THRESHOLD` (a speedup read from
+    cost is as steady as the step it reads; the throughput's CV also carries the synthetic
+    draw), and the sentences, by glue name: where speculation stops paying at the last α
+    (``gpu_crossover``, :func:`crossover_sentence`), the caveat on its methods that move with
+    the host (``gpu_caveat``, :func:`protocol.host_caveat`; ``spread``:
+    :func:`protocol.panel_spread`), the batch's effect at each α (``gpu_trend``,
+    ``gpu_trend_short``) and that α (``gpu_alpha``)."""
+    from . import protocol
+
+    at_k = table[(table["num_speculative_tokens"] == k) & table["acceptance_alpha"].isin(alphas)]
+    last = at_k[at_k["acceptance_alpha"] == alphas[-1]]
+    shown = pd.concat([table[table["method"] == "baseline"], last], ignore_index=True)
+    cross, clauses = crossover_sentence(last, protocol.moved_spread(spread))
+    at_gpu_k = table[table["num_speculative_tokens"] == k]
+    return (shown.rename(columns={"tok_s": "tok_s_median"}),
+            at_k.assign(unstable=at_k["step_ms_cv"] > stats.CV_THRESHOLD) if len(at_k) else at_k, {
+                "gpu_crossover": cross if clauses else book.NOT_MEASURED,
+                "gpu_caveat": protocol.host_caveat(sorted(at_k["method"].unique()), spread),
+                "gpu_trend": "; ".join(findings.batch_trend_at_set(at_gpu_k, a) for a in alphas),
+                "gpu_trend_short": "; ".join(findings.batch_trend_at_set(at_gpu_k, a, detail=False)
+                                             for a in alphas),
+                "gpu_alpha": f"{alphas[-1]:g}"})
 
 
 # --------------------------------------------------------------------------- #

@@ -44,6 +44,11 @@ RUNNER_NAMES = {"vllm.v1.worker.gpu.model_runner.GPUModelRunner": "V2",
                 "vllm.v1.worker.gpu_model_runner.GPUModelRunner": "V1"}
 
 
+def pct(x: float, digits: int = 0) -> str:
+    """A share as the protocol chapter writes it: ``pct(0.034, 1)`` is "3.4 %"."""
+    return f"{100 * x:.{digits}f} %"
+
+
 def runner_label(model_runner) -> str | None:
     """"V1" or "V2" for vLLM's GPU model runners (module path), else the class as stored."""
     if model_runner is None or (isinstance(model_runner, float) and np.isnan(model_runner)):
@@ -925,8 +930,82 @@ def controls(speedup_df: pd.DataFrame, k: int = 4, batches: Sequence[int] = (1, 
             .reset_index(drop=True))
 
 
+def controls_section(speedup_df: pd.DataFrame | None, cell_df: pd.DataFrame | None,
+                     panel_cells: pd.DataFrame | None, panel: pd.DataFrame | None, k: int = 4
+                     ) -> tuple[pd.DataFrame | None, pd.DataFrame, dict[str, str]]:
+    """The protocol chapter's runner and engine-core controls at set alpha 0.8, batch 1 and 16:
+    the :func:`controls` table (the 1B draft's panel cells of the controls' leases beside it,
+    read against the campaign's V1 baseline; None where nothing is measured), the 1B draft's
+    panel steps in the leases other than its in-process control's (:func:`lease_steps`), and
+    the sentences, by glue name: EAGLE-3 on V2 against V1 (``ctrl_runner``), on V1 in process
+    (``ctrl_core``), the median step CV per runner (``ctrl_cv``), and the 1B draft in process
+    (``ctrl_draft``), in the other leases (``ctrl_draft_other``), with asynchronous scheduling
+    (``ctrl_async``) and kept on two vCPUs (``ctrl_pinned``), each beside its lease's panel."""
+    if speedup_df is None or not len(speedup_df):
+        return None, pd.DataFrame(), dict.fromkeys(
+            ("ctrl_runner", "ctrl_core", "ctrl_cv", "ctrl_draft", "ctrl_draft_other", "ctrl_async",
+             "ctrl_pinned"), "not measured yet")
+    panel_sp = panel_speedups(panel_cells, cell_df) if panel_cells is not None else None
+    ctrl = controls(speedup_df, k=k, panel=panel_sp)
+    alpha, batches = 0.8, (1, 16)
+
+    def sp(method, b):
+        v = ctrl[(ctrl["method"] == method) & (ctrl["batch_size"] == b)
+                 & (ctrl["acceptance_alpha"] == alpha) & ctrl["panel_phase"].isna()]
+        return float(v["speedup_cost"].iloc[0]) if len(v) else float("nan")
+
+    # the 1B draft's controls of one lease beside its panel cells of the same lease
+    def step_of(method, b, phase=None):
+        v = ctrl[(ctrl["method"] == method) & (ctrl["batch_size"] == b) & (ctrl["acceptance_alpha"] == alpha)]
+        v = v[v["panel_phase"] == phase] if phase else v[v["panel_phase"].isna()]
+        if method == "draft-1b" and phase:
+            v = v[v["lease_id"].isin(set(ctrl.loc[ctrl["method"] == "draft-1b-async", "lease_id"]))]
+        return (float(v["step_ms"].iloc[0]), float(v["step_ms_cv"].iloc[0])) if len(v) else (float("nan"),) * 2
+
+    def ms(x):
+        return f"{x[0]:.1f} ms (CV {pct(x[1])})"
+
+    cv = ctrl.groupby(["runner"])["step_ms_cv"].median()
+    d1 = ctrl[(ctrl["method"] == "draft-1b-inproc") & (ctrl["acceptance_alpha"] == alpha)]
+    lease = d1["lease_id"].iloc[0] if len(d1) else None
+    same = panel[(panel["method"] == "draft-1b") & (panel["lease_id"] == lease)] if panel is not None else None
+    other, other_range = (lease_steps(panel, "draft-1b", exclude_lease=lease)
+                          if panel is not None else (pd.DataFrame(), "not measured"))
+    return ctrl, other, {
+        "ctrl_runner": ", ".join(f"{sp('eagle3', b):.2f}× on V2 against {sp('eagle3-v1', b):.2f}× "
+                                 f"on V1 at batch {b}" for b in batches),
+        "ctrl_core": ", ".join(f"{sp('eagle3-v1-inproc', b):.2f}× at batch {b}" for b in batches),
+        "ctrl_cv": f"{pct(cv.get('V2', float('nan')), 1)} on V2 and {pct(cv.get('V1', float('nan')), 1)} on V1",
+        "ctrl_async": "; ".join(
+            f"batch {b}: {ms(step_of('draft-1b-async', b))} with it, against "
+            f"{ms(step_of('draft-1b', b, 'start'))} and {ms(step_of('draft-1b', b, 'end'))} without "
+            f"it in the panels of the same lease" for b in batches),
+        "ctrl_pinned": "; ".join(f"batch {b}: {ms(step_of('draft-1b-pinned', b))}" for b in batches),
+        "ctrl_draft": "; ".join(
+            f"batch {b}: {d1.loc[d1['batch_size'] == b, 'step_ms'].iloc[0]:.1f} ms in process, "
+            + ", ".join(f"{r.step_ms:.1f} ms" for r in same[same["batch_size"] == b].itertuples())
+            + " with vLLM's core (the panel's start and end)"
+            for b in sorted(d1["batch_size"])) if len(d1) and same is not None else "not measured yet",
+        "ctrl_draft_other": other_range}
+
+
+#: The protocol-2 method that measured each old method under each setting, back to vLLM's
+#: defaults one at a time (the 1B draft runs on V1 whatever the user does).
+OLD_SETTINGS = {"baseline": {"V1, in-process": "baseline-v1-inproc", "V1, default core": "baseline-v1",
+                             "V2, default core": "baseline"},
+                "eagle3": {"V1, in-process": "eagle3-v1-inproc", "V1, default core": "eagle3-v1",
+                           "V2, default core": "eagle3"},
+                "draft-1b": {"V1, in-process": "draft-1b-inproc", "V1, default core": "draft-1b"}}
+#: The configurations of the superseded rows measured again under protocol 2: (old method,
+#: {setting: protocol-2 method}, K, set alpha, batch).
+OLD_CONFIGS = [(m, OLD_SETTINGS[m], k, a, b) for m, k, a, b in
+               [("baseline", 0, None, 1), ("baseline", 0, None, 16), ("eagle3", 4, 0.8, 1),
+                ("eagle3", 4, 0.8, 16), ("draft-1b", 4, 0.8, 1), ("draft-1b", 4, 0.8, 16)]]
+
+
 def old_rows_explained(old_summary: pd.DataFrame, new_cells: pd.DataFrame,
-                       configs: Sequence[tuple[str, dict[str, str], int, float | None, int]]) -> pd.DataFrame:
+                       configs: Sequence[tuple[str, dict[str, str], int, float | None, int]] = OLD_CONFIGS
+                       ) -> pd.DataFrame:
     """The superseded figure of a configuration (``h200-surface``: V1 pinned, in-process core,
     128 output tokens) beside the same configuration measured under protocol 2 one setting at
     a time back to vLLM's defaults: with the old harness's runner and core (long cells only),
@@ -947,6 +1026,50 @@ def old_rows_explained(old_summary: pd.DataFrame, new_cells: pd.DataFrame,
             row[setting] = pick(new, method, "tok_s")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def old_rows_section(old_profile: str, runs: pd.DataFrame, cell_df: pd.DataFrame | None,
+                     results_root: Path | None = None) -> tuple[pd.DataFrame | None, dict[str, str]]:
+    """The protocol chapter's comparison with the superseded rows of ``old_profile``: the
+    :func:`old_rows_explained` table of :data:`OLD_CONFIGS` (None where either side has no
+    rows) and its sentences, by glue name: the old cells' length and repeats (``old_tokens``,
+    ``old_repeats``), the baseline's largest move (``base_move``), EAGLE-3's throughput ratio
+    at each step back to vLLM's defaults (``e3_length``, ``e3_core``, ``e3_runner``, all of
+    them ``e3_all``), the power drawn on each runner (``power_v1``, ``power_v2``) and the
+    clocks and power cap at batch 64 (:func:`host_evidence` of ``runs``)."""
+    from .profiles import load_profile
+
+    old_prof = load_profile(old_profile)
+    old_runs = store.load_runs(old_profile, results_root)
+    texts = {"old_tokens": str(old_prof.sampling.max_tokens), "old_repeats": str(old_prof.repeats)}
+    if cell_df is None or not len(old_runs):
+        return None, texts | dict.fromkeys(
+            ("base_move", "e3_length", "e3_core", "e3_runner", "e3_all", "power_v1", "power_v2",
+             "top_clock", "b64_clock", "b64_cap", "b64_power"), "not measured yet")
+    explained = old_rows_explained(metrics.summarize(old_runs), cell_df)
+    base = explained[explained["method"] == "baseline"]
+    moves = base[["V1, in-process", "V1, default core", "V2, default core"]].div(base["old rows"], axis=0) - 1
+    e3 = explained[explained["method"] == "eagle3"]
+
+    def ratio(a, b):
+        v = e3[a] / e3[b]
+        return f"{v.min():.2f}×" if abs(v.min() - v.max()) < 0.005 else f"{v.min():.2f}× to {v.max():.2f}×"
+
+    ev = host_evidence(runs)
+    v1 = [v for (m, r), v in ev["power_w"].items() if r == "V1" and not m.startswith("baseline")]
+    v2 = [v for (m, r), v in ev["power_w"].items() if r == "V2" and m != "baseline"]
+    return explained, texts | {
+        "base_move": pct(moves.abs().max().max(), 1),
+        "e3_length": ratio("V1, in-process", "old rows"),
+        "e3_core": ratio("V1, default core", "V1, in-process"),
+        "e3_runner": ratio("V2, default core", "V1, default core"),
+        "e3_all": ratio("V2, default core", "old rows"),
+        "power_v1": f"{min(v1):.0f} W" if v1 else "—",
+        "power_v2": f"{min(v2):.0f} W" if v2 else "—",
+        "top_clock": f"{ev['top_clock_mhz']:.0f} MHz",
+        "b64_clock": f"{ev['b64_min_clock_mhz']:.0f} MHz",
+        "b64_cap": pct(ev["b64_power_cap_share"]),
+        "b64_power": f"{ev['b64_power_w']:.0f} W"}
 
 
 # --------------------------------------------------------------------------- #
@@ -1037,3 +1160,170 @@ def panel_steps_and_core(reps: pd.DataFrame, method: str = "eagle3", batch: int 
                                            "engine_cpu_share": "engine core CPU s/s"}), (
         f"from {fast['step_ms']:.2f} ms at {fast['engine_cpu_share']:.2f} CPU seconds per second "
         f"to {slow['step_ms']:.2f} ms at {slow['engine_cpu_share']:.2f}, over {len(p)} panels")
+
+
+def panel_sentences(panel: pd.DataFrame | None, panel_runs: pd.DataFrame) -> dict[str, str]:
+    """The control panel's sentences, by glue name (``panel``: :func:`panel_table`, None where
+    no panel is stored; ``panel_runs``: its rows, :func:`load_panels`): the methods whose step
+    stayed within :data:`PANEL_MEDIAN` between panels and those that moved beyond
+    :data:`PANEL_WORST` (``panel_sentence``), the leases (``n_leases``) and the GPUs by UUID with
+    their leases in time order (``n_hosts``), the plain target's step between GPUs per batch
+    (``base_host_gap``), EAGLE-3's move at batch 16 within each lease (``e3_16_moves``), each
+    method's largest move per batch (``lease_sentence``) and the hypervisor's highest steal
+    (``steal_sentence``)."""
+    if panel is None:
+        return {"panel_sentence": "No control panel is measured yet.", "n_leases": "0",
+                **dict.fromkeys(("n_hosts", "base_host_gap", "e3_16_moves"), "not measured yet"),
+                "lease_sentence": "no panel yet", "steal_sentence": ""}
+    spread = method_spread(panel)
+    stable = [m for m, v in spread.items() if v <= PANEL_MEDIAN]
+    moving = moved_methods(spread)
+    # the panel table is in time order: each GPU with its leases, by first use
+    hosts = panel.dropna(subset=["gpu_uuid"]).groupby("gpu_uuid", sort=False)["lease_id"].agg(
+        lambda v: list(dict.fromkeys(v)))
+    # the plain target's step between the GPUs (hosts): lease medians, per batch size
+    base = panel[panel["method"] == "baseline"].groupby(["batch_size", "lease_id"])["step_ms"].median()
+    gap = base.groupby(level="batch_size").agg(lambda v: v.max() / v.min() - 1)
+    e16 = panel[(panel["method"] == "eagle3") & (panel["batch_size"] == 16)]
+    inside = within_lease(e16)  # leases with both panels, in time order
+    one = [lease for lease in dict.fromkeys(e16["lease_id"]) if lease not in set(inside["lease_id"])]
+    # every panel of every lease: the largest move of each cell, by method and batch size
+    moves = panel.groupby(["method", "batch_size"])["step_ms"].agg(lambda v: v.max() / v.min() - 1)
+    # the hypervisor's steal over each panel (rows that carry it: lease 8 on)
+    steal = panel_runs.groupby(["lease_id", "panel_phase"])["host_steal_pct"].max().dropna()
+    if len(steal):
+        top = steal.idxmax()
+        steal_sentence = (
+            f"The hypervisor's steal reached {steal.max():.2f} % of the machine's CPU time in the "
+            f"{top[1]} panel of {top[0]}, against at most "
+            f"{steal.drop(top).max() if len(steal) > 1 else float('nan'):.2f} % in the other "
+            f"panels that record it.")
+    else:
+        steal_sentence = "No panel records the hypervisor's steal yet."
+    return {
+        "panel_sentence": (
+            f"Across every panel, the step time of {', '.join(f'`{m}`' for m in stable) or 'no method'} "
+            f"stayed within {pct(PANEL_MEDIAN)} between the panels; "
+            f"{', '.join(f'`{m}`' for m in moving) or 'no method'} moved by more than "
+            f"{pct(PANEL_WORST)}."),
+        "n_leases": str(panel["lease_id"].nunique()),
+        "n_hosts": (f"{len(hosts)} GPUs named by their UUID ("
+                    + "; ".join(f"`{u[:12]}…` in {', '.join(ls)}" for u, ls in hosts.items()) + ")"),
+        "base_host_gap": " and ".join(f"{pct(v, 1)} at batch {b}" for b, v in gap.items()),
+        "e3_16_moves": (", ".join(f"{pct(abs(r['move']), 1)} in {r['lease_id']}"
+                                  for _, r in inside.iterrows())
+                        + (f" ({', '.join(one)}: one panel only)" if one else "")),
+        "lease_sentence": "; ".join(
+            f"`{m}` " + ", ".join(f"{pct(v, 1)} at batch {b}" for (_, b), v in g.items())
+            for m, g in moves.groupby(level="method")),
+        "steal_sentence": steal_sentence}
+
+
+def survey_sentences(survey: pd.DataFrame) -> dict[str, str]:
+    """The vCPU survey's two speeds (:func:`two_speeds`, ``survey``: :func:`load_surveys`), by
+    glue name: the fast and slow probe time (``sv_fast``, ``sv_slow``), their ratio
+    (``sv_ratio``), the share of slow runs (``sv_share``), the vCPUs seen at both speeds
+    (``sv_both``) and how many surveys in how many leases (``sv_surveys``)."""
+    two = two_speeds(survey)
+    if not two:
+        return dict.fromkeys(("sv_fast", "sv_slow", "sv_ratio", "sv_share", "sv_both", "sv_surveys"),
+                             "not measured yet")
+    return {"sv_fast": f"{two['fast_us'] / 1000:.2f} ms",
+            "sv_slow": f"{two['slow_us'] / 1000:.2f} ms",
+            "sv_ratio": f"{two['slow_us'] / two['fast_us']:.1f}",
+            "sv_share": pct(two["slow_share"]),
+            "sv_both": f"{two['vcpus_both']} of {two['vcpus']} vCPUs (each lease's counted apart)",
+            "sv_surveys": f"{survey.groupby(['lease_id', 'panel_phase']).ngroups} surveys "
+                          f"in {survey['lease_id'].nunique()} leases"}
+
+
+def vcpu_sentences(shared: pd.DataFrame, fit: pd.DataFrame, probe_fit: pd.DataFrame,
+                   reps: pd.DataFrame) -> dict[str, str]:
+    """Does the step follow the engine's own vCPU? By glue name: repeat by repeat
+    (``shared``: :func:`slow_share`, ``fit``: :func:`vcpu_speed_fit`), the leases that carry
+    the probe (``vf_leases``), how much longer the 1B draft's and Medusa's steps are on a slow
+    vCPU (``vf_1b``, ``vf_medusa``) and the V2 paths' largest such move (``vf_v2``); between
+    leases (``probe_fit``: :func:`probe_across_leases` of ``reps``), the 1B draft's r, line and
+    CV per probe (``pl_1b``, ``pl_line``, ``pl_cv``) and how far each other line climbs over
+    the probe's middle 80 % relative to its step there (``pl_v2``)."""
+    vf = fit.set_index("method") if len(fit) else None
+
+    def vf_text(method):
+        if vf is None or method not in vf.index:
+            return "not measured yet"
+        f = vf.loc[method]
+        return (f"{f['slow_over_fast']:.2f} times as long on a slow vCPU as on a fast one "
+                f"(Pearson's r = {f['r']:.2f} over {f['repeats']} repeats)")
+
+    v2 = fit[fit["runner"] == "V2"] if len(fit) else fit
+    texts = {"vf_leases": ", ".join(sorted(shared["lease_id"].unique())) if len(shared) else "none yet",
+             "vf_1b": vf_text("draft-1b"), "vf_medusa": vf_text("medusa"),
+             "vf_v2": (f"{100 * (v2['slow_over_fast'] - 1).abs().max():.1f} %" if len(v2)
+                       else "not measured yet")}
+    pl = probe_fit
+    one_b = pl[pl["method"] == "draft-1b"].sort_values("batch_size") if len(pl) else pl
+    if len(one_b):
+        texts |= {
+            "pl_1b": " and ".join(f"r = {r.r:.2f} at batch {r.batch_size}" for r in one_b.itertuples())
+            + f" over {int(one_b['repeats'].sum())} repeats in {int(one_b['leases'].max())} leases",
+            "pl_line": "; ".join(f"{r.intercept_ms:.1f} ms + {r.ms_per_probe_ms:.1f} ms per ms of "
+                                 f"probe at batch {r.batch_size}" for r in one_b.itertuples()),
+            "pl_cv": "; ".join(f"{pct(r.cv_per_probe, 1)} instead of {pct(r.cv, 1)} at batch "
+                               f"{r.batch_size}" for r in one_b.itertuples())}
+    else:
+        texts |= dict.fromkeys(("pl_1b", "pl_line", "pl_cv"), "not measured yet")
+    flat = pl[pl["method"] != "draft-1b"] if len(pl) else pl
+    # how much each other line climbs over the probe's middle 80 %, relative to its step there
+    probe = reps["engine_vcpu_probe_us"].dropna() / 1000.0 if "engine_vcpu_probe_us" in reps else None
+    if len(flat) and probe is not None and len(probe):
+        lo, hi, mid = probe.quantile(0.1), probe.quantile(0.9), probe.median()
+        texts["pl_v2"] = "; ".join(
+            f"{r.method} at batch {r.batch_size}: r = {r.r:.2f}, the line moving "
+            f"{(round(r.ms_per_probe_ms * (hi - lo) / (r.intercept_ms + r.ms_per_probe_ms * mid), 3) or 0.0):+.1%}"
+            for r in flat.itertuples()) + " over the middle 80 % of the probe's range"
+    else:
+        texts["pl_v2"] = "not measured yet"
+    return texts
+
+
+def host_bound_sentences(hb: pd.DataFrame, reps: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
+    """What the host stamps say (``hb``: :func:`host_bound` of ``reps``, :func:`repeats`):
+    EAGLE-3's panel cells at batch 16 with its engine core's CPU time
+    (:func:`panel_steps_and_core`, empty where nothing is stamped) and the sentences, by glue
+    name: the lowest GPU utilisation of the V2 paths (``hb_util_v2``) and that of the V1
+    speculative paths (``hb_util_v1``), how their step follows it (``hb_r_util``), the highest
+    steal (``hb_steal``) and machine load (``hb_busy``), EAGLE-3 at batch 16 against its engine
+    core's CPU time (``hb_e3_r``, ``hb_e3_cpu``, ``hb_e3_panels``), the V1 drafts' step against
+    the measuring process's probe per lease (``hb_r_probe_leases``) and that probe's range
+    (``hb_probe``)."""
+    if not len(hb):
+        return pd.DataFrame(), dict.fromkeys(
+            ("hb_util_v2", "hb_util_v1", "hb_r_util", "hb_r_probe_leases", "hb_steal", "hb_busy",
+             "hb_probe", "hb_e3_r", "hb_e3_cpu", "hb_e3_panels"), "not measured yet")
+    v1 = hb[(hb["runner"] == "V1") & ~hb["method"].str.startswith("baseline")]
+    v2 = hb[(hb["runner"] == "V2") | hb["method"].str.startswith("baseline")]
+    # EAGLE-3 at batch 16 alone: does its step follow its engine core's CPU time?
+    e3 = host_bound(reps[reps["batch_size"] == 16]).set_index("method").loc["eagle3"]
+    p16, p16_range = panel_steps_and_core(reps, "eagle3", 16)
+    # the probe in the measuring process (another vCPU) against the V1 drafts' steps, per lease
+    rp = []
+    for lease, g in sorted(reps.groupby("lease_id"), key=lambda x: x[1]["timestamp_utc"].min()):
+        h = host_bound(g)
+        if h.empty:  # a lease before the host's stamps
+            continue
+        h = h[(h["runner"] == "V1") & ~h["method"].str.startswith("baseline")]["r_probe"].dropna()
+        if len(h):
+            rp.append(f"{h.min():.2f} to {h.max():.2f} in {lease}")
+    probe = reps["host_probe_us"].dropna() / 1000.0
+    return p16, {
+        "hb_util_v2": f"{v2['gpu_util_min_pct'].min():.0f} %",
+        "hb_util_v1": (f"a median {v1['gpu_util_pct'].min():.0f}–{v1['gpu_util_pct'].max():.1f} % "
+                       f"(as little as {v1['gpu_util_min_pct'].min():.0f} % in a repeat)"),
+        "hb_r_util": f"{v1['r_gpu_util'].min():.2f} to {v1['r_gpu_util'].max():.2f}",
+        "hb_steal": f"{v1['steal_max_pct'].max():.2g} %",
+        "hb_busy": f"{hb['busy_pct'].max():.1f} %",
+        "hb_e3_r": f"{e3['r_engine_cpu']:.2f} over {e3['repeats']} repeats",
+        "hb_e3_cpu": f"{e3['engine_cpu_min']:.2f} to {e3['engine_cpu_max']:.2f}",
+        "hb_e3_panels": p16_range,
+        "hb_r_probe_leases": "; ".join(rp) or "not measured yet",
+        "hb_probe": f"{probe.quantile(0.1):.2f} to {probe.quantile(0.9):.2f} ms"}
