@@ -132,6 +132,12 @@ def test_a_speedup_above_the_tokens_per_step_is_not_read(tmp_path):
     assert ng.loc["chat", "speedup_status"] == "ok" and ng.loc["chat", "speedup"] == pytest.approx(1.55)
     assert ng.loc["code", "speedup_status"] == metrics.ABOVE_TOKENS_PER_STEP
     assert math.isnan(ng.loc["code", "speedup"])
+    # ... and every other cell over that slow baseline is inflated too: not read either
+    rows += cell("suffix", 3, [60, 61, 62], workload="code", drafts=10, draft_tokens=30, accepted=6)
+    sp = metrics.with_speedup(metrics.summarize(load(rows, tmp_path))).set_index(["method", "workload"])
+    assert sp.loc[("suffix", "code"), "speedup_status"] == metrics.BASELINE_SUSPECT
+    assert math.isnan(sp.loc[("suffix", "code"), "speedup"])
+    assert sp.loc[("ngram", "chat"), "speedup_status"] == "ok"
 
 
 def test_unstable_cells_are_flagged_but_kept(tmp_path):

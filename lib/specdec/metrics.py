@@ -215,6 +215,8 @@ def _baseline_index(df: pd.DataFrame, where: str) -> dict[tuple, pd.Series]:
 
 #: A speedup status: the cell's whole speedup interval lies above its tokens per target step.
 ABOVE_TOKENS_PER_STEP = "above tokens per step"
+#: A speedup status: another cell's speedup over the same baseline is above its tokens per step.
+BASELINE_SUSPECT = "baseline suspect"
 
 
 def with_speedup(summary_df: pd.DataFrame) -> pd.DataFrame:
@@ -239,8 +241,10 @@ def with_speedup(summary_df: pd.DataFrame) -> pd.DataFrame:
     step"`` (:data:`ABOVE_TOKENS_PER_STEP`: the whole speedup interval lies above
     the cell's tokens per target step, ``mean_acceptance_length``, so a
     speculative step would have cost less than a plain one: the two engines ran
-    at different host speeds, and the ratio measures the host, not speculation).
-    Speedup is NaN for every status but ``ok`` and ``baseline``. Unstable cells
+    at different host speeds, and the ratio measures the host, not speculation);
+    ``"baseline suspect"`` (:data:`BASELINE_SUSPECT`: another cell's speedup over
+    the same baseline is above its tokens per step, so the baseline itself ran slow
+    and every ratio over it is inflated). Speedup is NaN for every status but ``ok`` and ``baseline``. Unstable cells
     keep their speedup (flagged by ``unstable`` / ``baseline_unstable``).
     """
     _require(summary_df, SUMMARY_COLUMNS, "with_speedup")
@@ -282,6 +286,11 @@ def with_speedup(summary_df: pd.DataFrame) -> pd.DataFrame:
     for c in SPEEDUP_COLUMNS:
         df[c] = pd.Series(extra[c], index=df.index, dtype=object if c in (
             "baseline_cell_id", "baseline_unstable", "speedup_status") else float)
+    # a baseline that one cell outran beyond its tokens per step ran slow: no speedup over it
+    slow = set(df.loc[df["speedup_status"] == ABOVE_TOKENS_PER_STEP, "baseline_cell_id"])
+    over_slow = (df["speedup_status"] == "ok") & df["baseline_cell_id"].isin(slow)
+    df.loc[over_slow, "speedup_status"] = BASELINE_SUSPECT
+    df.loc[over_slow, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = np.nan
     return df
 
 
