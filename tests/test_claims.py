@@ -437,19 +437,14 @@ def test_set_acceptance_cells_are_labelled_never_the_best():
 
 def test_a_failed_sanity_bound_drops_its_campaign_only(ledger, tmp_path):
     """cpu-smollm2's draft-self fails at T=1; the trained heads' H200 rows still read."""
+    def write(profile, cid, *args):
+        store.write_cell(profile, cid, _runs(profile, cid, *args), root=tmp_path)
+
     for t, self_acc in ((0.0, 30), (1.0, 6)):
-        tag = f"{t:g}".replace(".", "p")
-        store.write_cell("cpu-smollm2", f"d{tag}", _runs("cpu-smollm2", f"d{tag}", "draft-self",
-                                                          3, 1, 60.0, "temperature", t, self_acc),
-                         root=tmp_path)
+        write("cpu-smollm2", f"d{t:g}", "draft-self", 3, 1, 60.0, "temperature", t, self_acc)
     for t, acc in ((0.0, 9), (0.7, 6)):  # of 40 draft tokens per repeat
-        tag = f"{t:g}".replace(".", "p")
-        store.write_cell("h200-trained", f"b{tag}", _runs("h200-trained", f"b{tag}", "baseline",
-                                                           0, 8, 100.0, "trained-k4", t),
-                         root=tmp_path)
-        store.write_cell("h200-trained", f"s{tag}", _runs("h200-trained", f"s{tag}", "draft-l2",
-                                                           4, 8, 90.0, "trained-k4", t, acc),
-                         root=tmp_path)
+        write("h200-trained", f"b{t:g}", "baseline", 0, 8, 100.0, "trained-k4", t)
+        write("h200-trained", f"s{t:g}", "draft-l2", 4, 8, 90.0, "trained-k4", t, acc)
     pending = _claim(ledger, "C26").model_copy(update={"verdict": "pending-measurement"})
     d = claims.derive_verdict(pending, root=tmp_path)
     assert "Rows of cpu-smollm2 are not used: the sanity bound failed" in d["observed"]
