@@ -724,3 +724,8 @@ def test_host_bound_sentences_read_the_gpu_idle_share_and_the_engine_core():
     assert len(p16) == 1 and t["hb_e3_panels"].endswith("over 1 panels")
     none_table, none = protocol.host_bound_sentences(hb.iloc[0:0], reps)
     assert none_table.empty and set(none) == set(t) and set(none.values()) == {"not measured yet"}
+
+
+def test_span_prints_one_value_where_the_ends_print_alike():
+    assert protocol.span([0.171, 0.174], ".2f") == "0.17"
+    assert protocol.span(pd.Series([1.2, 1.5]), ".2f", "×") == "1.20× to 1.50×"

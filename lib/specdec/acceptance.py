@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import adaptive, surface, theory
+from . import adaptive, protocol, surface, theory
 
 #: The two machines that measured the recorded artifacts (data/trained/).
 PROFILES = ("cpu-trained", "h200-trained")
@@ -578,16 +578,10 @@ def adaptive_sentence(sim: pd.DataFrame) -> str:
         if g.empty:
             continue
         parts.append(f"{label}, the article's policy ran at "
-                     f"{_span(g['adaptive / best fixed'], '.2f', '×')} the speed of the best fixed "
-                     f"K (best fixed K {_span(g['best fixed K'], 'd')}; the policy's mean K "
-                     f"{_span(g['adaptive mean K'], '.1f')})")
+                     f"{protocol.span(g['adaptive / best fixed'], '.2f', '×')} the speed of the "
+                     f"best fixed K (best fixed K {protocol.span(g['best fixed K'], 'd')}; the "
+                     f"policy's mean K {protocol.span(g['adaptive mean K'], '.1f')})")
     return "; ".join(parts) + " (simulated)"
-
-
-def _span(values: pd.Series, spec: str, suffix: str = "") -> str:
-    """``"1.2× to 1.5×"``, or one value where the two ends print alike."""
-    lo, hi = f"{values.min():{spec}}{suffix}", f"{values.max():{spec}}{suffix}"
-    return lo if lo == hi else f"{lo} to {hi}"
 
 
 #: Proposers that need no trained model.

@@ -49,6 +49,12 @@ def pct(x: float, digits: int = 0) -> str:
     return f"{100 * x:.{digits}f} %"
 
 
+def span(values, spec: str, suffix: str = "") -> str:
+    """``"1.20× to 1.50×"`` of ``values``, or one value where the two ends print alike."""
+    lo, hi = f"{min(values):{spec}}{suffix}", f"{max(values):{spec}}{suffix}"
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
 def runner_label(model_runner) -> str | None:
     """"V1" or "V2" for vLLM's GPU model runners (module path), else the class as stored."""
     if model_runner is None or (isinstance(model_runner, float) and np.isnan(model_runner)):
@@ -1313,7 +1319,7 @@ def host_bound_sentences(hb: pd.DataFrame, reps: pd.DataFrame) -> tuple[pd.DataF
             continue
         h = h[(h["runner"] == "V1") & ~h["method"].str.startswith("baseline")]["r_probe"].dropna()
         if len(h):
-            rp.append(f"{h.min():.2f} to {h.max():.2f} in {lease}")
+            rp.append(f"{span(h, '.2f')} in {lease}")
     probe = reps["host_probe_us"].dropna() / 1000.0
     return p16, {
         "hb_util_v2": f"{v2['gpu_util_min_pct'].min():.0f} %",
