@@ -136,11 +136,12 @@ def execute_stale(notebooks: Sequence[Path] | None = None, out_dir: Path | None 
     params = {"mode": "replay", **dict(parameters or {})}
     done = []
     for nb, key in stale_chapters(notebooks, out_dir, params).items():
+        why = "inputs changed" if (out_dir / nb.name).exists() else "no executed copy yet"
         execute_notebook(nb, out_dir, params)
         kf = _key_file(out_dir, nb)
         kf.parent.mkdir(parents=True, exist_ok=True)
         kf.write_text(key + "\n")
-        print(f"executed {nb.name} (inputs changed)", file=out, flush=True)
+        print(f"executed {nb.name} ({why})", file=out, flush=True)
         done.append(nb.stem)
     return done
 
