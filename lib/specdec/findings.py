@@ -202,7 +202,9 @@ def acceptance_falls_with_k(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> s
     if total == 0:
         return "acceptance against K is not measured yet"
     if len(falls) == total:
-        return f"acceptance falls with K (in all {total} configurations measured at several K)"
+        every = {1: "the one configuration", 2: "both configurations"}.get(
+            total, f"all {total} configurations")
+        return f"acceptance falls with K (in {every} measured at several K)"
     return (f"acceptance fell with K in {len(falls)} of {total} configurations measured at "
             f"several K")
 
