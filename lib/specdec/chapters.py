@@ -302,21 +302,13 @@ def crossover_sentence(summary: pd.DataFrame,
     spread = dict(spread or {})
     parts = []
     for r, clause in zip(cross.itertuples(), findings.crossover_sentences(cross)):
-        if r.method in spread:
-            g = summary[summary["speedup_status"] == "ok"]
-            for k in ("profile", "method", "num_speculative_tokens", "workload", "temperature",
-                      "compilation", "acceptance_alpha"):  # metrics.crossover_batch's keys
-                v = getattr(r, k)
-                g = g[g[k].isna()] if pd.isna(v) else g[g[k] == v]
-            g = g.sort_values("batch_size")
-            half = spread[r.method] / 2
-            if ((g["speedup"] - 1).abs() <= half).any():
-                clause = (f"{r.method} (K = {r.num_speculative_tokens}, {r.workload}) on "
-                          f"`{r.profile}` ran at " + ", ".join(
-                              f"{s:.2f}×" for s in g["speedup"]) + " at batch " + ", ".join(
-                              str(int(b)) for b in g["batch_size"]) + f": within its host "
-                          f"spread (±{half:.0%}) of no speculation, so where it stops paying "
-                          f"depends on the host")
+        half = spread.get(r.method, 0.0) / 2
+        if half and any(abs(v - 1) <= half for v in r.speedups):
+            clause = (f"{r.method} (K = {r.num_speculative_tokens}, {r.workload}) on "
+                      f"`{r.profile}` ran at " + ", ".join(f"{v:.2f}×" for v in r.speedups)
+                      + " at batch " + ", ".join(map(str, r.batch_sizes)) + f": within its "
+                      f"host spread (±{half:.0%}) of no speculation, so where it stops paying "
+                      f"depends on the host")
         parts.append(clause)
     return ("; ".join(parts) if parts else findings.NO_CROSSOVER), parts
 

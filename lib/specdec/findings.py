@@ -263,13 +263,12 @@ def _trend(cells: pd.DataFrame) -> tuple[int, int, list[str]]:
 
 
 def _trend_verdict(lower: int, total: int) -> str:
-    return ("lower at the largest batch than at the smallest in the one configuration"
-            if lower == total == 1 else
-            "lower at the largest batch than at the smallest in every configuration"
-            if lower == total else
-            "not lower at the largest batch in the one configuration" if total == 1 else
-            "not lower at the largest batch in any configuration" if lower == 0 else
-            f"lower at the largest batch in {lower} of {total} configurations")
+    where = "the one configuration" if total == 1 else None
+    if lower == total:
+        return f"lower at the largest batch than at the smallest in {where or 'every configuration'}"
+    if lower == 0:
+        return f"not lower at the largest batch in {where or 'any configuration'}"
+    return f"lower at the largest batch in {lower} of {total} configurations"
 
 
 def batch_trend(summary: pd.DataFrame, self_drafts=SELF_DRAFTS) -> str:

@@ -244,8 +244,9 @@ def with_speedup(summary_df: pd.DataFrame) -> pd.DataFrame:
     at different host speeds, and the ratio measures the host, not speculation);
     ``"baseline suspect"`` (:data:`BASELINE_SUSPECT`: another cell's speedup over
     the same baseline is above its tokens per step, so the baseline itself ran slow
-    and every ratio over it is inflated). Speedup is NaN for every status but ``ok`` and ``baseline``. Unstable cells
-    keep their speedup (flagged by ``unstable`` / ``baseline_unstable``).
+    and every ratio over it is inflated). Speedup is NaN for every status but ``ok``
+    and ``baseline``. Unstable cells keep their speedup (flagged by ``unstable`` /
+    ``baseline_unstable``).
     """
     _require(summary_df, SUMMARY_COLUMNS, "with_speedup")
     df = summary_df.copy()

