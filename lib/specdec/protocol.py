@@ -969,7 +969,10 @@ def controls_section(speedup_df: pd.DataFrame | None, cell_df: pd.DataFrame | No
         return (float(v["step_ms"].iloc[0]), float(v["step_ms_cv"].iloc[0])) if len(v) else (float("nan"),) * 2
 
     def ms(x):
-        return f"{x[0]:.1f} ms (CV {pct(x[1])})"
+        return "not measured" if np.isnan(x[0]) else f"{x[0]:.1f} ms (CV {pct(x[1])})"
+
+    def times(v):
+        return "not measured" if np.isnan(v) else f"{v:.2f}×"
 
     cv = ctrl.groupby(["runner"])["step_ms_cv"].median()
     d1 = ctrl[(ctrl["method"] == "draft-1b-inproc") & (ctrl["acceptance_alpha"] == alpha)]
@@ -978,9 +981,9 @@ def controls_section(speedup_df: pd.DataFrame | None, cell_df: pd.DataFrame | No
     other, other_range = (lease_steps(panel, "draft-1b", exclude_lease=lease)
                           if panel is not None else (pd.DataFrame(), "not measured"))
     return ctrl, other, {
-        "ctrl_runner": ", ".join(f"{sp('eagle3', b):.2f}× on V2 against {sp('eagle3-v1', b):.2f}× "
+        "ctrl_runner": ", ".join(f"{times(sp('eagle3', b))} on V2 against {times(sp('eagle3-v1', b))} "
                                  f"on V1 at batch {b}" for b in batches),
-        "ctrl_core": ", ".join(f"{sp('eagle3-v1-inproc', b):.2f}× at batch {b}" for b in batches),
+        "ctrl_core": ", ".join(f"{times(sp('eagle3-v1-inproc', b))} at batch {b}" for b in batches),
         "ctrl_cv": f"{pct(cv.get('V2', float('nan')), 1)} on V2 and {pct(cv.get('V1', float('nan')), 1)} on V1",
         "ctrl_async": "; ".join(
             f"batch {b}: {ms(step_of('draft-1b-async', b))} with it, against "
@@ -1200,9 +1203,9 @@ def panel_sentences(panel: pd.DataFrame | None, panel_runs: pd.DataFrame) -> dic
         top = steal.idxmax()
         steal_sentence = (
             f"The hypervisor's steal reached {steal.max():.2f} % of the machine's CPU time in the "
-            f"{top[1]} panel of {top[0]}, against at most "
-            f"{steal.drop(top).max() if len(steal) > 1 else float('nan'):.2f} % in the other "
-            f"panels that record it.")
+            f"{top[1]} panel of {top[0]}"
+            + (f", against at most {steal.drop(top).max():.2f} % in the other panels that record it."
+               if len(steal) > 1 else ", the only panel that records it."))
     else:
         steal_sentence = "No panel records the hypervisor's steal yet."
     return {
