@@ -548,27 +548,13 @@ def measured_break_even(profile: str = "h200-surface-v2", k: int = 4,
     return sentence, pivot
 
 
-def dynamic_k_sentence(profile: str = "h200-surface-v2",
-                       results_root: Path | str | None = None) -> str:
-    """vLLM's dynamic K against the same fixed K on a stored surface
-    (:func:`surface.dynamic_vs_fixed`), in whole sentences, led by the dynamic methods that did
-    not start (:func:`failures`); says so where nothing is stored."""
+def dynamic_k_sentence(profile: str = "h200-surface-v2", results_root: Path | str | None = None,
+                       default_method: str = "eagle3-dynk") -> str:
+    """The conclusions' line on vLLM's dynamic K: the surface chapter's summary line
+    (:func:`dynamic_k_section`'s ``sum_dyn``) over every stored row of ``profile``."""
     table = surface_table(profile, results_root)
-    pairs = surface.dynamic_k_methods(load_profile(profile))
-    failed = failures(profile, list(pairs), results_root) if pairs else pd.DataFrame()
-    broke = "".join(
-        f"In vLLM {g['vllm_version'].iloc[0]}, `{m}` did not start (`{g['exception'].iloc[0]}`). "
-        for m, g in failed.groupby("method")) if len(failed) else ""
-    dyn = (surface.dynamic_vs_fixed(table, pairs).dropna(subset=["dynamic_over_fixed"])
-           if table is not None and pairs else pd.DataFrame())
-    if dyn.empty:
-        return f"{broke}vLLM's dynamic K is not measured beside fixed K in `{profile}` yet."
-    modes = ", ".join(sorted(set(dyn["cudagraph_mode"].dropna()))) or "not recorded"
-    return (f"{broke}Measured on the H200 (`{profile}`), vLLM's dynamic K ran at a median "
-            f"{dyn['dynamic_over_fixed'].median():.2f}× of the speed of the same fixed K "
-            f"({dyn['dynamic_over_fixed'].min():.2f}× to {dyn['dynamic_over_fixed'].max():.2f}× "
-            f"over {len(dyn)} cells; CUDA graph mode {modes} with a schedule"
-            f"{runner_note(dyn)}).")
+    return dynamic_k_section(pd.DataFrame() if table is None else table, profile, default_method,
+                             results_root=results_root)[1]["sum_dyn"]
 
 
 def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
@@ -584,7 +570,7 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
     text = {"dyn_failed": failure_sentence(
         failed, "EAGLE-3 with a dynamic-*K* schedule on its default runner (V2)", upstream)}
     pairs = surface.dynamic_k_methods(prof)
-    dyn = surface.dynamic_vs_fixed(table, pairs)
+    dyn = surface.dynamic_vs_fixed(table, pairs) if len(table) else pd.DataFrame()
     if not len(dyn):
         planned = [e.name for e in prof.experiments
                    if set(e.methods) & (set(pairs) - {default_method})]
