@@ -334,9 +334,33 @@ def test_dynamic_k_section_says_one_thing_when_nothing_is_measured_and_reads_the
         dict(row, method="eagle3", num_speculative_tokens=5, speedup=2.0, runner="V2",
              cudagraph_mode="FULL", spec_num_draft_tokens=500, spec_num_drafts=100)])
     dyn, text = chapters.dynamic_k_section(rows, "h200-surface-v2", "eagle3-dynk")
-    assert len(dyn) == 1 and "Over 1 cells, the dynamic schedule ran at a median 0.90×" in text["dyn_text"]
+    assert len(dyn) == 1 and ("Over the 1 cells whose *K* was also measured fixed (of 1), the dynamic "
+                              "schedule ran at a median 0.90×") in text["dyn_text"]
+    assert text["dyn_text"].startswith("So the schedule is measured with EAGLE-3 pinned to the V1")
+    assert "Not measured yet: `dynamic-k-1b`" in text["dyn_text"]
     assert "`eagle3-dynk-v1` (V1): PIECEWISE) against FULL" in text["dyn_text"]
     assert text["sum_dyn"].startswith("vLLM's dynamic *K* ran at 0.90× of the same fixed *K*")
+    assert "one host" not in text["sum_dyn"]  # EAGLE-3's step holds between hosts
+
+
+def test_one_host_ratios_scale_a_ratio_by_the_two_leases_panel_steps_of_a_moving_method():
+    dyn = pd.DataFrame([dict(method="d-dynk", fixed_method="d", batch_size=1, acceptance_alpha=0.8,
+                             dynamic_over_fixed=0.5, lease_id="L2", fixed_lease="L1"),
+                        dict(method="d-dynk", fixed_method="d", batch_size=4, acceptance_alpha=0.8,
+                             dynamic_over_fixed=0.5, lease_id="L2", fixed_lease="L1")])
+    panel = pd.DataFrame([  # d's step: 10 ms in L1, 20 and 5 ms (geometric mean 10) ... in L2
+        dict(lease_id="L1", panel_phase="start", method="d", batch_size=1, step_ms=10.0, cell_id="c"),
+        dict(lease_id="L2", panel_phase="start", method="d", batch_size=1, step_ms=20.0, cell_id="c"),
+        dict(lease_id="L2", panel_phase="end", method="d", batch_size=1, step_ms=5.0, cell_id="c"),
+        dict(lease_id="L3", panel_phase="start", method="d", batch_size=1, step_ms=12.0, cell_id="c")])
+    out = chapters.one_host_ratios(dyn, panel)  # batch 4: no panel cell, left out
+    assert out["one_host"].tolist() == pytest.approx([0.5])
+    out = chapters.one_host_ratios(dyn, panel.assign(lease_id=["L1", "L2", "L2", "L2"],
+                                                     step_ms=[10.0, 40.0, 40.0, 40.0]))
+    assert out["one_host"].tolist() == pytest.approx([2.0])  # L2's host 4 times slower
+    assert chapters.one_host_ratios(dyn, panel.assign(method="e")).empty  # d's step not paneled
+    steady = panel.assign(step_ms=10.0)  # a method that does not move is read as it is
+    assert chapters.one_host_ratios(dyn, steady).empty
 
 
 def test_failures_name_the_root_cause_from_the_stored_error_tail():

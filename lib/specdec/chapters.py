@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from . import book, comparability, findings, metrics, model_configs, stats, store, surface, theory
@@ -592,32 +593,96 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
         f"{', '.join(sorted(set(g['cudagraph_mode'].dropna()))) or 'not recorded'}"
         for m, g in dyn.groupby("method"))
     fixed_modes = ", ".join(sorted(set(dyn["fixed_cudagraph_mode"].dropna()))) or "not recorded"
+    from . import protocol
+    host = one_host_ratios(dyn, protocol.stored_panel(profile))
     ratio = dyn["dynamic_over_fixed"].median()
+    worst = max(ratio, host["one_host"].max()) if len(host) else ratio
     verdict = ("switching the schedule on costs more on every step than it gains, so where the "
                "batch size of a deployment is stable, the best fixed *K* for that batch is the "
                "faster choice" if ratio < 0.97 else
                "the schedule itself costs nothing measurable beside the same fixed *K*; what it "
                "can gain is bounded by the best fixed *K* at each batch")
+    if len(host):
+        verdict = (verdict if worst < 0.97 else "the host's spread decides nothing here: read on "
+                   "one host, the schedule's cost is not told apart from the fixed *K*'s")
+        spread = protocol.panel_spread(profile)
+        fixed = sorted(set(host["fixed_method"]))
+        verdict += (
+            ". The step of " + " and ".join(f"`{m}`" for m in fixed) + " moves between hosts "
+            "(its control-panel cells by up to "
+            + ", ".join(f"±{spread[m] / 2:.0%}" for m in fixed if m in spread)
+            + "), and the dynamic and the fixed cells come from different leases ("
+            + ", ".join(sorted(set(host["lease_id"]) | set(host["fixed_lease"])))
+            + "); read on one host (each ratio times the two leases' panel steps of the fixed "
+            "method at that batch), the ratios at batch "
+            + " and ".join(str(b) for b in sorted(set(host["batch_size"])))
+            + f", the batches the panel measures, are {protocol.span(host['one_host'], '.2f', '×')}")
     dyn_r, fix_r = dynamic_runners(dyn)
     runners = (f"Here the dynamic cells ran on {dyn_r} and the fixed ones on {fix_r}: each "
                f"ratio carries the runner." if dyn_r != fix_r else
                f"Dynamic and fixed cells ran on the same runner ({dyn_r}).")
+    measured = set(dyn["method"])
+    pinned_e3 = {m for m, f in pairs.items() if m != default_method and f == pairs.get(default_method)}
+
+    def pending(methods):
+        return ", ".join(f"`{e.name}`" for e in prof.experiments if set(e.methods) & methods)
+
+    if pinned_e3 & measured:
+        pinned = ("So the schedule is measured with EAGLE-3 pinned to the V1 runner "
+                  "(`VLLM_USE_V2_MODEL_RUNNER=0`), on which the study's first protocol ran it; "
+                  "the 1B draft runs on V1 by default.")
+    else:
+        pinned = ("EAGLE-3 pinned to the V1 runner (`VLLM_USE_V2_MODEL_RUNNER=0`), the pin that "
+                  f"lets its schedule start, is not measured yet ({pending(pinned_e3)}, listed at "
+                  "the end of this chapter); what follows is "
+                  + ", ".join(f"`{m}`" for m in sorted(measured)) + ", on the V1 runner.")
+    others = set(pairs) - {default_method} - pinned_e3 - measured
+    if others:
+        pinned += f" Not measured yet: {pending(others)} (listed at the end of this chapter)."
+    counted = dyn["dynamic_over_fixed"].notna()
     text["dyn_text"] = (
-        "So the schedule is measured with EAGLE-3 pinned to the V1 runner "
-        "(`VLLM_USE_V2_MODEL_RUNNER=0`), on which the study's first protocol ran it; the 1B draft "
-        "runs on V1 by default. V1 turns full CUDA graphs off when a schedule is set (its log "
-        "says \"for reliability\"). A user who switches the schedule on for EAGLE-3 in this "
-        "version therefore changes the runner and the graph mode with it, and the ratios below "
-        f"are that whole change, set beside fixed *K* on the runner vLLM picks. {runners}\n\n"
-        f"Over {len(dyn)} cells, the dynamic schedule ran at a median {ratio:.2f}× (from "
+        f"{pinned} V1 turns full CUDA graphs off when a schedule is set (its log "
+        "says \"for reliability\"). A user who switches the schedule on in this version therefore "
+        "changes the graph mode with it (for EAGLE-3 the runner too), and the ratios below are "
+        f"that whole change, set beside fixed *K* on the runner vLLM picks. {runners}\n\n"
+        f"Over the {counted.sum()} cells whose *K* was also measured fixed (of {len(dyn)}), the "
+        f"dynamic schedule ran at a median {ratio:.2f}× (from "
         f"{dyn['dynamic_over_fixed'].min():.2f}× to {dyn['dynamic_over_fixed'].max():.2f}×) of "
         f"the speed of the same fixed *K*, and at {dyn['dynamic_over_best'].median():.2f}× of "
         f"the best fixed *K*: {verdict}. The rows record the CUDA graph mode of each dynamic "
         f"engine ({modes}) against {fixed_modes} for the fixed ones. What a schedule is worth "
         f"under a changing batch (an online server) is not measured here.")
     text["sum_dyn"] = (f"vLLM's dynamic *K* ran at {ratio:.2f}× of the same fixed *K* (median "
-                       f"over {len(dyn)} cells{runner_note(dyn)}).")
+                       f"over {counted.sum()} cells of "
+                       + ", ".join(f"`{m}`" for m in sorted(set(dyn["method"])))
+                       + f"{runner_note(dyn)}"
+                       + (f"; {protocol.span(host['one_host'], '.2f', '×')} read on one host"
+                          if len(host) else "") + ").")
     return dyn, text
+
+
+def one_host_ratios(dyn: pd.DataFrame, panel: pd.DataFrame | None) -> pd.DataFrame:
+    """:func:`surface.dynamic_vs_fixed`'s cells whose fixed method moves between hosts
+    (:func:`protocol.moved_methods`) and whose dynamic and fixed cells come from leases with a
+    panel cell of the fixed method at that batch: ``one_host``, the ratio times the fixed
+    method's panel step in the dynamic cell's lease over that in the fixed cell's (the geometric
+    mean of a lease's start and end panels; :func:`protocol.panel_normalised`'s host factor)."""
+    from . import protocol
+    cols = ["method", "fixed_method", "batch_size", "acceptance_alpha", "dynamic_over_fixed",
+            "lease_id", "fixed_lease", "one_host"]
+    if panel is None or panel.empty or dyn.empty or "fixed_lease" not in dyn:
+        return pd.DataFrame(columns=cols)
+    moved = protocol.moved_methods(protocol.method_spread(panel))
+    steps = (panel.dropna(subset=["step_ms"]).groupby(["lease_id", "method", "batch_size"])["step_ms"]
+             .agg(lambda v: float(np.exp(np.log(v.to_numpy(dtype=float)).mean()))))
+    d = dyn[dyn["fixed_method"].isin(moved) & dyn["dynamic_over_fixed"].notna()]
+
+    def ms(lease, r):
+        return steps.get((lease, r["fixed_method"], r["batch_size"]), np.nan)
+
+    one = [r["dynamic_over_fixed"] * ms(r["lease_id"], r) / ms(r["fixed_lease"], r)
+           for _, r in d.iterrows()]
+    return d.assign(one_host=one).dropna(subset=["one_host"])[cols].reset_index(drop=True)
 
 
 def dynamic_runners(dyn: pd.DataFrame) -> tuple[str, str]:

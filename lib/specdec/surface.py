@@ -210,7 +210,8 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
     fixed K measured at that batch and alpha (``best_fixed_k``, ``best_fixed``) and
     ``dynamic_over_best`` (what a schedule can gain at most is that best fixed K per batch);
     ``runner`` and ``fixed_runner`` where the table has them (in vLLM 0.26 EAGLE-3's schedule
-    runs only on V1, its fixed K on V2 by default: the ratio then carries the runner too).
+    runs only on V1, its fixed K on V2 by default: the ratio then carries the runner too), and
+    ``lease_id`` and ``fixed_lease`` (the fixed cell's at that K), where it has them.
     """
     df = surface_df[surface_df["acceptance_alpha"].notna() & surface_df["speedup"].notna()]
     rows = []
@@ -238,13 +239,15 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
                 "best_fixed_k": int(best["num_speculative_tokens"]) if best is not None else None,
                 "best_fixed": float(best["speedup"]) if best is not None else np.nan,
                 "fixed_ks": sorted(int(k) for k in same["num_speculative_tokens"].unique()),
+                "lease_id": r.get("lease_id"),
+                "fixed_lease": at_k["lease_id"].iloc[0] if len(at_k) and "lease_id" in at_k else None,
                 **{c: r.get(c) for c in ("profile", "device_name", "vllm_version")},
             })
     out = pd.DataFrame(rows, columns=[
         "method", "fixed_method", "batch_size", "acceptance_alpha", "k_used", "runner",
         "fixed_runner", "cudagraph_mode",
         "speedup", "fixed_same_k", "fixed_cudagraph_mode", "best_fixed_k", "best_fixed",
-        "fixed_ks", "profile", "device_name", "vllm_version"])
+        "fixed_ks", "lease_id", "fixed_lease", "profile", "device_name", "vllm_version"])
     out["dynamic_over_fixed"] = out["speedup"] / out["fixed_same_k"]
     out["dynamic_over_best"] = out["speedup"] / out["best_fixed"]
     return out
