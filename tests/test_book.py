@@ -231,11 +231,12 @@ def test_pending_experiments_are_those_a_lease_would_still_measure(tmp_path):
     assert "dynamic-k-default-runner" not in pending  # failed, but kept as the record
     assert "k-sweep" in book.pending_experiments("h200-surface-v2", tmp_path)
 
-def test_pending_clause_names_what_is_pending_or_says_nothing():
+def test_pending_clause_names_what_is_pending_or_says_nothing(tmp_path):
     some = "{names} {are} not measured yet"
     assert book.pending_clause("h200-surface-v2", some, "done", ["k-sweep", "surface-k4"]) == "done"
-    assert book.pending_clause("h200-surface-v2", some, experiments=["dynamic-k-1b"]) == \
-        "`dynamic-k-1b` is not measured yet"
+    # no rows under tmp_path: every experiment is pending
+    assert book.pending_clause("h200-surface-v2", some, experiments=["dynamic-k-1b"],
+                               results_root=tmp_path) == "`dynamic-k-1b` is not measured yet"
     assert book.pending_clause("h200-surface-v2", some, experiments=[
-        "dynamic-k-1b", "standard-vs-synthetic", "k-sweep"]) == \
-        "`dynamic-k-1b` and `standard-vs-synthetic` are not measured yet"
+        "dynamic-k-1b", "standard-vs-synthetic", "k-sweep"], results_root=tmp_path) == \
+        "`k-sweep`, `dynamic-k-1b` and `standard-vs-synthetic` are not measured yet"

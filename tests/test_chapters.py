@@ -323,6 +323,7 @@ def test_dynamic_k_section_says_one_thing_when_nothing_is_measured_and_reads_the
     empty = table[~table["method"].str.contains("dynk")]
     dyn, text = chapters.dynamic_k_section(empty, "h200-surface-v2", "eagle3-dynk")
     assert dyn.empty and set(text) == {"dyn_failed", "dyn_text", "sum_dyn"}
+    assert {"dynamic_over_fixed", "one_host"} <= set(dyn.columns)  # the chapter's table reads them
     assert text["dyn_text"].startswith("No dynamic-*K* cell is measured yet")
     assert "`dynamic-k-eagle3`, `dynamic-k-1b`" in text["dyn_text"]
     assert "ZeroDivisionError" in text["sum_dyn"] and "4 cell(s)" in text["dyn_failed"]

@@ -565,13 +565,16 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
     (:func:`surface.dynamic_vs_fixed` on ``table``, every stored row of the campaign) and its
     sentences: ``dyn_failed`` (``default_method``, the schedule on its default runner, did not
     start: :func:`failure_sentence`), ``dyn_text`` (the measured paragraph, or one sentence
-    saying that nothing is measured yet) and ``sum_dyn`` (the summary line)."""
+    saying that nothing is measured yet) and ``sum_dyn`` (the summary line). The cells carry
+    ``one_host`` where :func:`one_host_ratios` reads them on one host."""
     prof = load_profile(profile)
     failed = failures(profile, [default_method], results_root)
     text = {"dyn_failed": failure_sentence(
         failed, "EAGLE-3 with a dynamic-*K* schedule on its default runner (V2)", upstream)}
     pairs = surface.dynamic_k_methods(prof)
-    dyn = surface.dynamic_vs_fixed(table, pairs) if len(table) else pd.DataFrame()
+    dyn = surface.dynamic_vs_fixed(
+        table if len(table) else pd.DataFrame(columns=["method", "acceptance_alpha", "speedup"]),
+        pairs).assign(one_host=np.nan)
     if not len(dyn):
         planned = [e.name for e in prof.experiments
                    if set(e.methods) & (set(pairs) - {default_method})]
@@ -658,7 +661,8 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
                        + f"{runner_note(dyn)}"
                        + (f"; {protocol.span(host['one_host'], '.2f', '×')} read on one host"
                           if len(host) else "") + ").")
-    return dyn, text
+    key = ["method", "batch_size", "acceptance_alpha"]
+    return dyn.drop(columns="one_host").merge(host[key + ["one_host"]], on=key, how="left"), text
 
 
 def one_host_ratios(dyn: pd.DataFrame, panel: pd.DataFrame | None) -> pd.DataFrame:
