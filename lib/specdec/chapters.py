@@ -572,23 +572,23 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
     text = {"dyn_failed": failure_sentence(
         failed, "EAGLE-3 with a dynamic-*K* schedule on its default runner (V2)", upstream)}
     pairs = surface.dynamic_k_methods(prof)
-    dyn = surface.dynamic_vs_fixed(
-        table if len(table) else pd.DataFrame(columns=["method", "acceptance_alpha", "speedup"]),
-        pairs).assign(one_host=np.nan)
+    dyn = surface.dynamic_vs_fixed(table, pairs)
+
+    def pending(methods):
+        return ", ".join(f"`{e.name}`" for e in prof.experiments if set(e.methods) & methods)
+
     if not len(dyn):
-        planned = [e.name for e in prof.experiments
-                   if set(e.methods) & (set(pairs) - {default_method})]
         text["dyn_text"] = (
             f"No dynamic-*K* cell is measured yet under this protocol: the experiments that "
             f"measure the schedule on the V1 runner beside fixed *K* "
-            f"({', '.join(f'`{e}`' for e in planned) or 'none planned'}) are listed at the end "
+            f"({pending(set(pairs) - {default_method}) or 'none planned'}) are listed at the end "
             f"of this chapter.")
         text["sum_dyn"] = (
             f"With a dynamic-*K* schedule EAGLE-3 does not start on its default runner in vLLM "
             f"{failed['vllm_version'].iloc[0]} (`{failed['exception'].iloc[0]}`); on the V1 "
             f"runner, the pin that lets it start, dynamic *K* is not measured yet."
             if len(failed) else "vLLM's dynamic *K* is not measured yet under this protocol.")
-        return dyn, text
+        return dyn.assign(one_host=np.nan), text
     runner_of = (table.drop_duplicates("method").set_index("method")["runner"]
                  if "runner" in table else pd.Series(dtype=object))
     modes = "; ".join(
@@ -597,7 +597,9 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
         for m, g in dyn.groupby("method"))
     fixed_modes = ", ".join(sorted(set(dyn["fixed_cudagraph_mode"].dropna()))) or "not recorded"
     from . import protocol
-    host = one_host_ratios(dyn, protocol.stored_panel(profile))
+    panel = protocol.stored_panel(profile)
+    spread = protocol.method_spread(panel) if panel is not None else pd.Series(dtype=float)
+    host = one_host_ratios(dyn, panel, spread)
     ratio = dyn["dynamic_over_fixed"].median()
     worst = max(ratio, host["one_host"].max()) if len(host) else ratio
     verdict = ("switching the schedule on costs more on every step than it gains, so where the "
@@ -608,7 +610,6 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
     if len(host):
         verdict = (verdict if worst < 0.97 else "the host's spread decides nothing here: read on "
                    "one host, the schedule's cost is not told apart from the fixed *K*'s")
-        spread = protocol.panel_spread(profile)
         fixed = sorted(set(host["fixed_method"]))
         verdict += (
             ". The step of " + " and ".join(f"`{m}`" for m in fixed) + " moves between hosts "
@@ -626,10 +627,6 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
                f"Dynamic and fixed cells ran on the same runner ({dyn_r}).")
     measured = set(dyn["method"])
     pinned_e3 = {m for m, f in pairs.items() if m != default_method and f == pairs.get(default_method)}
-
-    def pending(methods):
-        return ", ".join(f"`{e.name}`" for e in prof.experiments if set(e.methods) & methods)
-
     if pinned_e3 & measured:
         pinned = ("So the schedule is measured with EAGLE-3 pinned to the V1 runner "
                   "(`VLLM_USE_V2_MODEL_RUNNER=0`), on which the study's first protocol ran it; "
@@ -662,23 +659,24 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
                        + (f"; {protocol.span(host['one_host'], '.2f', '×')} read on one host"
                           if len(host) else "") + ").")
     key = ["method", "batch_size", "acceptance_alpha"]
-    return dyn.drop(columns="one_host").merge(host[key + ["one_host"]], on=key, how="left"), text
+    return dyn.merge(host[key + ["one_host"]], on=key, how="left"), text
 
 
-def one_host_ratios(dyn: pd.DataFrame, panel: pd.DataFrame | None) -> pd.DataFrame:
+def one_host_ratios(dyn: pd.DataFrame, panel: pd.DataFrame | None,
+                    spread: pd.Series | None = None) -> pd.DataFrame:
     """:func:`surface.dynamic_vs_fixed`'s cells whose fixed method moves between hosts
     (:func:`protocol.moved_methods`) and whose dynamic and fixed cells come from leases with a
     panel cell of the fixed method at that batch: ``one_host``, the ratio times the fixed
     method's panel step in the dynamic cell's lease over that in the fixed cell's (the geometric
-    mean of a lease's start and end panels; :func:`protocol.panel_normalised`'s host factor)."""
+    mean of a lease's start and end panels, :func:`protocol.lease_panel_steps`). ``spread``:
+    :func:`protocol.method_spread` of ``panel``, computed where not given."""
     from . import protocol
     cols = ["method", "fixed_method", "batch_size", "acceptance_alpha", "dynamic_over_fixed",
             "lease_id", "fixed_lease", "one_host"]
     if panel is None or panel.empty or dyn.empty or "fixed_lease" not in dyn:
         return pd.DataFrame(columns=cols)
-    moved = protocol.moved_methods(protocol.method_spread(panel))
-    steps = (panel.dropna(subset=["step_ms"]).groupby(["lease_id", "method", "batch_size"])["step_ms"]
-             .agg(lambda v: float(np.exp(np.log(v.to_numpy(dtype=float)).mean()))))
+    moved = protocol.moved_methods(protocol.method_spread(panel) if spread is None else spread)
+    steps = protocol.lease_panel_steps(panel)
     d = dyn[dyn["fixed_method"].isin(moved) & dyn["dynamic_over_fixed"].notna()]
 
     def ms(lease, r):

@@ -868,6 +868,13 @@ def host_caveat(methods: Sequence[str], spread: pd.Series | None) -> str:
             f"or a verdict resting on one, is not a finding.")
 
 
+def lease_panel_steps(panel: pd.DataFrame) -> pd.Series:
+    """``panel_ms`` by (lease, method, batch size): the geometric mean of a lease's start and
+    end panel step times of the cell, the lease's host as the panel saw it."""
+    return (panel.dropna(subset=["step_ms"]).groupby(["lease_id", "method", "batch_size"])["step_ms"]
+            .agg(lambda v: float(np.exp(np.log(v.to_numpy(dtype=float)).mean()))).rename("panel_ms"))
+
+
 def panel_normalised(rows: pd.DataFrame, panel: pd.DataFrame) -> pd.DataFrame:
     """Cells of several leases read as on one host: each cell of a method in the control panel,
     at a batch size the panel measures, with its step time (and interval) over the host factor
@@ -885,9 +892,8 @@ def panel_normalised(rows: pd.DataFrame, panel: pd.DataFrame) -> pd.DataFrame:
     key = ["method", "batch_size"]
     steps = panel.dropna(subset=["step_ms"])
     ref = steps.groupby(key)["step_ms"].median().rename("panel_median_ms")
-    lease = steps.groupby(["lease_id"] + key)["step_ms"].agg(
-        panel_ms=lambda v: float(np.exp(np.log(v.to_numpy(dtype=float)).mean())),
-        panel_drift=lambda v: float(v.max() / v.min() - 1.0))
+    lease = pd.concat([lease_panel_steps(panel), steps.groupby(["lease_id"] + key)["step_ms"].agg(
+        lambda v: float(v.max() / v.min() - 1.0)).rename("panel_drift")], axis=1)
     out = rows.merge(lease.reset_index(), on=["lease_id"] + key).join(ref, on=key)
     out["host_factor"] = out["panel_ms"] / out["panel_median_ms"]
     for c in ("step_ms", "step_ms_ci_low", "step_ms_ci_high"):

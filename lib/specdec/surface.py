@@ -213,7 +213,8 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
     runs only on V1, its fixed K on V2 by default: the ratio then carries the runner too), and
     ``lease_id`` and ``fixed_lease`` (the fixed cell's at that K), where it has them.
     """
-    df = surface_df[surface_df["acceptance_alpha"].notna() & surface_df["speedup"].notna()]
+    df = (surface_df[surface_df["acceptance_alpha"].notna() & surface_df["speedup"].notna()]
+          if len(surface_df) else pd.DataFrame(columns=["method"]))  # no rows: no cells
     rows = []
     for dyn, fixed in pairs.items():
         fx = df[df["method"] == fixed]
