@@ -217,6 +217,23 @@ def test_set_acceptance_cells_share_one_engine_per_method_and_k():
     assert len(ids) == 6 and any("-a0p5-" in i for i in ids)
 
 
+def test_null_in_an_acceptance_grid_adds_the_natural_cell_in_its_own_engine():
+    data = _minimal()
+    data["experiments"].append({"name": "both", "description": "d", "methods": ["ngram"],
+                                "num_speculative_tokens": [3], "batch_sizes": [1, 4],
+                                "workloads": ["w"], "acceptance": [None, 1.0]})
+    p = P.profile_from_dict(data)
+    groups = P.engine_groups(P.expand(p, ["both"]))
+    assert [(c.batch_size, c.acceptance) for c in groups[("ngram", 3, False)]] == [(1, None), (4, None)]
+    assert [(c.batch_size, c.acceptance) for c in groups[("ngram", 3, True)]] == [(1, 1.0), (4, 1.0)]
+    assert "rejection_sample_method" not in P.speculative_config(p, "ngram", 3)
+    data["experiments"][-1]["methods"] = ["baseline"]
+    with pytest.raises(P.ProfileError, match="does not speculate"):
+        P.profile_from_dict(data)
+    data["experiments"][-1]["acceptance"] = [None]  # natural only: as good as no grid
+    assert P.profile_from_dict(data)
+
+
 @pytest.mark.parametrize("bad, match", [
     ({"acceptance": [0.5, 1.5]}, r"^experiments\[1\]\.acceptance\[1\]: .*less than or equal to 1"),
     ({"acceptance": [-0.1]}, r"^experiments\[1\]\.acceptance\[0\]: .*greater than or equal to 0"),

@@ -273,8 +273,9 @@ class Experiment(_Schema):
     #: Set acceptance (synthetic rejection sampling): each alpha is Leviathan's independent
     #: model, the unconditional rate of draft position i being alpha**(i+1). The proposer
     #: and the verification run for real; only accept/reject is drawn. Empty = the
-    #: acceptance the models reach (standard rejection sampling).
-    acceptance: Seq[Annotated[float, Field(ge=0.0, le=1.0)]] = ()
+    #: acceptance the models reach (standard rejection sampling); ``null`` in the grid adds
+    #: that natural-acceptance cell beside the set ones, measured in the same run.
+    acceptance: Seq[Annotated[float, Field(ge=0.0, le=1.0)] | None] = ()
     #: The experiment's failed rows are the record of a failure (the profile says which): a
     #: failed cell of it is not measured again, nor priced as pending (a missing one is).
     record: bool = False
@@ -416,7 +417,7 @@ def _check_references(p: Profile) -> None:
         for w in e.workloads:
             if w not in {x.name for x in p.workloads}:
                 raise ProfileError(f"{where}.workloads: no workload named {w!r}")
-        if e.acceptance:
+        if any(a is not None for a in e.acceptance):
             for m in e.methods:
                 spec = p.method(m).speculative
                 if spec is None and any(p.method(x).speculative for x in e.methods):
