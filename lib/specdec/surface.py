@@ -344,7 +344,7 @@ def standard_vs_synthetic(summary_df: pd.DataFrame, runs: pd.DataFrame,
     sentence then claiming nothing."""
     tags = summary_df.get("experiment_tags", pd.Series(index=summary_df.index, dtype=object))
     mine = summary_df[(summary_df["method"] == method)
-                      & [t is not None and experiment in set(t) for t in tags]]
+                      & np.array([t is not None and experiment in set(t) for t in tags], bool)]
     leases = (runs[runs["status"] == "ok"].groupby("cell_id")["lease_id"]
               .agg(lambda v: ", ".join(sorted(set(v.dropna().astype(str)))) or "none")
               if len(runs) and "lease_id" in runs else pd.Series(dtype=object))
