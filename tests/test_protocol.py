@@ -729,3 +729,31 @@ def test_host_bound_sentences_read_the_gpu_idle_share_and_the_engine_core():
 def test_span_prints_one_value_where_the_ends_print_alike():
     assert protocol.span([0.171, 0.174], ".2f") == "0.17"
     assert protocol.span(pd.Series([1.2, 1.5]), ".2f", "×") == "1.20× to 1.50×"
+
+
+def test_standard_vs_synthetic_reads_only_pairs_measured_in_one_lease():
+    def rows(leases):  # syn batch 1, syn batch 4, std batch 1, std batch 4, in these leases
+        sides = [(1.0, 1, 10 / 1.1), (1.0, 4, 10 / 1.1), (None, 1, 10.0), (None, 4, 10.0)]
+        out = []
+        for (alpha, b, ms), lease in zip(sides, leases):
+            out += _rows("draft-1layer", 3, alpha, ms, 4.0, runner=V1, batch=b, lease=lease)
+        other = _rows("draft-1layer", 4, 1.0, 5.0, 5.0, runner=V1, lease="L1")  # surface-k4's
+        for r in out:
+            r["experiment_tags"] = ["standard-vs-synthetic"]
+        for r in other:
+            r["experiment_tags"] = ["surface-k4"]
+        return pd.DataFrame(out + other)
+
+    syn_only = rows(["L1"] * 4)
+    syn_only = syn_only[syn_only["acceptance_alpha"].notna()]
+    none, sentence = protocol.standard_vs_synthetic(syn_only)
+    assert none is None and "Not measured yet" in sentence and "precision" not in sentence
+    out, sentence = protocol.standard_vs_synthetic(rows(["L1"] * 4))
+    assert list(out["synthetic / standard"]) == pytest.approx([1.1, 1.1])
+    assert list(out["lease"]) == ["L1", "L1"]
+    assert "1.100 to 1.100 over 2 batch sizes" in sentence and "K = 3" in sentence
+    # batch 1's pair crosses leases (synthetic L1, standard L2), batch 4's does not: not read
+    out, sentence = protocol.standard_vs_synthetic(rows(["L1", "L2", "L2", "L2"]))
+    assert "over 1 batch sizes" in sentence and list(out["batch"]) == [4]
+    none, sentence = protocol.standard_vs_synthetic(rows(["L1", "L1", "L2", "L2"]))
+    assert none is None and "not read" in sentence and "precision" not in sentence

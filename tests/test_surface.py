@@ -318,31 +318,3 @@ def test_proposed_share_selects_on_each_rows_own_acceptance():
         _cell(0.8, method="eagle3", draft_share=1.0), _cell(1.0, method="ngram", draft_share=0.97),
     ], index=[7, 3, 11, 0])  # an index that lines up with no other frame
     assert sorted(surface.proposed_share(checks)) == [0.97, 0.99]  # not the standard-sampler cell
-
-
-def test_standard_vs_synthetic_reads_only_pairs_measured_in_one_lease():
-    tags = {"experiment_tags": ["standard-vs-synthetic"]}
-    syn = [dict(_cell(1.0, k=3, method="draft-1layer", batch=b), tok_s_median=110.0 * b, **tags)
-           for b in (1, 4)]
-    std = [dict(_cell(None, k=3, method="draft-1layer", batch=b, per_pos=[1.0] * 3), acceptance_rate=0.99,
-                tok_s_median=100.0 * b, **tags) for b in (1, 4)]
-    other = [dict(_cell(1.0, k=4, method="draft-1layer", batch=1), tok_s_median=50.0,
-                  experiment_tags=["surface-k4"])]  # another experiment's alpha = 1 cell
-
-    def runs(leases):
-        return pd.DataFrame([{"cell_id": c["cell_id"], "status": "ok", "lease_id": leases[i % len(leases)]}
-                             for i, c in enumerate(syn + std)])
-
-    none, sentence = surface.standard_vs_synthetic(pd.DataFrame(syn + other), runs(["L1"]))
-    assert none is None and "Not measured yet" in sentence and "precision" not in sentence
-    out, sentence = surface.standard_vs_synthetic(pd.DataFrame(syn + std + other), runs(["L1"]))
-    assert list(out["synthetic / standard"]) == pytest.approx([1.1, 1.1])
-    assert list(out["lease"]) == ["L1", "L1"]
-    assert "1.100 to 1.100 over 2 batch sizes" in sentence and "K = 3" in sentence
-    # syn in L1 and L2 alternately, std likewise: batch 1's pair crosses leases, batch 4's does not
-    out, sentence = surface.standard_vs_synthetic(pd.DataFrame(syn + std + other), runs(["L1", "L2", "L2", "L2"]))
-    assert "over 1 batch sizes" in sentence and out.loc[(3, 1), "lease"] == "standard L2; synthetic L1"
-    out, sentence = surface.standard_vs_synthetic(pd.DataFrame(syn + std), runs(["L1", "L1", "L2", "L2"]))
-    assert "not read" in sentence and "precision" not in sentence
-
-

@@ -333,54 +333,6 @@ def speedups_over_batch(readings: pd.DataFrame) -> str:
     return text
 
 
-def standard_vs_synthetic(summary_df: pd.DataFrame, runs: pd.DataFrame,
-                          method: str = "draft-1layer", experiment: str = "standard-vs-synthetic"
-                          ) -> tuple[pd.DataFrame | None, str]:
-    """``experiment``'s cells of ``method``: vLLM's standard rejection sampler beside the
-    synthetic one at α = 1, per K and batch size, each pair read only where both sides were
-    measured in one lease (``runs``' ``lease_id``: one host; the draft's V1 step moves between
-    hosts by more than a sampler could). Returns the table (throughputs, their ratio, the
-    lease) and the sentence that reads it; ``(None, sentence)`` until a pair is stored, the
-    sentence then claiming nothing."""
-    tags = summary_df.get("experiment_tags", pd.Series(index=summary_df.index, dtype=object))
-    mine = summary_df[(summary_df["method"] == method)
-                      & np.array([t is not None and experiment in set(t) for t in tags], bool)]
-    leases = (runs[runs["status"] == "ok"].groupby("cell_id")["lease_id"]
-              .agg(lambda v: ", ".join(sorted(set(v.dropna().astype(str)))) or "none")
-              if len(runs) and "lease_id" in runs else pd.Series(dtype=object))
-    mine = mine.assign(lease=mine["cell_id"].map(leases))
-    key = ["num_speculative_tokens", "batch_size"]
-    std = mine[mine["acceptance_alpha"].isna()].set_index(key)
-    syn = mine[mine["acceptance_alpha"] == 1.0].set_index(key)
-    pairs = std.index.intersection(syn.index)
-    if not len(pairs):
-        return None, (f"Not measured yet (experiment `{experiment}`, listed at the end of this "
-                      f"chapter): until it is, whether the synthetic sampler itself costs or "
-                      f"saves time beside vLLM's standard one is open.")
-    out = pd.DataFrame({"standard: acceptance reached": std.loc[pairs, "acceptance_rate"],
-                        "standard tok/s": std.loc[pairs, "tok_s_median"],
-                        "synthetic α = 1 tok/s": syn.loc[pairs, "tok_s_median"],
-                        "lease": std.loc[pairs, "lease"]})
-    out["synthetic / standard"] = out["synthetic α = 1 tok/s"] / out["standard tok/s"]
-    same = std.loc[pairs, "lease"] == syn.loc[pairs, "lease"]
-    out.loc[~same, "lease"] = ("standard " + std.loc[pairs, "lease"][~same]
-                               + "; synthetic " + syn.loc[pairs, "lease"][~same])
-    out = out.sort_index()
-    ratio = out.loc[same.reindex(out.index).to_numpy(), "synthetic / standard"]
-    k = ", ".join(str(int(v)) for v in sorted(set(out.index.get_level_values(0))))
-    if ratio.empty:
-        return out, (f"Both samplers are stored at K = {k}, but no pair was measured in one "
-                     f"lease: the draft's step moves between hosts by more than a sampler "
-                     f"could, so the ratios in the table are not read.")
-    return out, (f"Measured in one lease each (K = {k}), synthetic throughput over standard "
-                 f"throughput is {ratio.min():.3f} to {ratio.max():.3f} over {len(ratio)} "
-                 f"batch sizes, while the standard sampler accepted "
-                 f"{out['standard: acceptance reached'].min():.1%} or more, as α = 1 does. The "
-                 f"synthetic sampler draws one uniform number per draft token and skips the "
-                 f"comparison with the target's choice; set-acceptance speedups are comparable "
-                 f"with real ones to that precision.")
-
-
 def proposed_share(checks: pd.DataFrame, method: str = "ngram") -> pd.Series:
     """The share of target steps in which ``method`` proposed a draft at all (``draft_share``),
     over its set-acceptance cells of ``checks`` (:func:`table` of the engine's counters): each
