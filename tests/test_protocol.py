@@ -738,6 +738,7 @@ def test_standard_vs_synthetic_reads_only_pairs_measured_in_one_lease():
         for (alpha, b, ms), lease in zip(sides, leases):
             out += _rows("draft-1layer", 3, alpha, ms, 4.0, runner=V1, batch=b, lease=lease)
         other = _rows("draft-1layer", 4, 1.0, 5.0, 5.0, runner=V1, lease="L1")  # surface-k4's
+        out += _rows("baseline", 0, None, 6.0, 1.0, batch=1, lease="L1")  # the experiment's baseline
         for r in out:
             r["experiment_tags"] = ["standard-vs-synthetic"]
         for r in other:
@@ -748,6 +749,9 @@ def test_standard_vs_synthetic_reads_only_pairs_measured_in_one_lease():
     syn_only = syn_only[syn_only["acceptance_alpha"].notna()]
     none, sentence = protocol.standard_vs_synthetic(syn_only)
     assert none is None and "Not measured yet" in sentence and "precision" not in sentence
+    base_only = rows(["L1"] * 4)
+    none, sentence = protocol.standard_vs_synthetic(base_only[base_only["method"] == "baseline"])
+    assert none is None and "Not measured yet" in sentence
     out, sentence = protocol.standard_vs_synthetic(rows(["L1"] * 4))
     assert list(out["synthetic / standard"]) == pytest.approx([1.1, 1.1])
     assert list(out["lease"]) == ["L1", "L1"]

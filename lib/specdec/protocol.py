@@ -592,12 +592,12 @@ def standard_vs_synthetic(runs: pd.DataFrame, method: str = "draft-1layer",
     a pair is read only from one lease (one host; the draft's V1 step moves between hosts by
     more than a sampler could). Returns the pairs and the sentence that reads them;
     ``(None, sentence)`` until a pair is stored, the sentence then claiming nothing."""
-    tagged = np.array([t is not None and experiment in set(t) for t in runs["experiment_tags"]],
-                      bool) if len(runs) else np.zeros(0, bool)
-    c = cells(runs[tagged & (runs["method"] == method).to_numpy()]) if tagged.any() else None
-    std = c[c["acceptance_alpha"].isna()] if c is not None else None
-    syn = c[c["acceptance_alpha"] == 1.0] if c is not None else None
-    if c is None or std.empty or syn.empty:
+    mine = runs[runs["method"] == method] if len(runs) else runs
+    mine = mine[np.array([t is not None and experiment in set(t)
+                          for t in mine["experiment_tags"]], bool)] if len(mine) else mine
+    c = cells(mine) if len(mine) else pd.DataFrame(columns=["acceptance_alpha"])
+    std, syn = c[c["acceptance_alpha"].isna()], c[c["acceptance_alpha"] == 1.0]
+    if std.empty or syn.empty:
         return None, (f"Not measured yet (experiment `{experiment}`, listed at the end of this "
                       f"chapter): until it is, whether the synthetic sampler itself costs or "
                       f"saves time beside vLLM's standard one is open.")
