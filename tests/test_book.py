@@ -209,8 +209,20 @@ def test_pending_sentence_counts_what_is_not_measured(tmp_path):
     assert stored != empty and "h200-trained" in stored
 
 
+def _surface_without(tmp_path: Path, prefix: str) -> Path:
+    """A results root holding the committed h200-surface-v2 rows less the cells whose file
+    name starts with ``prefix``: the campaign as it stood before a lease measured them."""
+    src = paths.results_dir("h200-surface-v2")
+    dst = tmp_path / "results" / "h200-surface-v2"
+    shutil.copytree(src, dst, ignore=lambda d, names: [n for n in names if n.startswith(prefix)])
+    return tmp_path / "results"
+
+
 def test_pending_list_names_each_experiment_with_its_missing_and_failed_cells(tmp_path):
-    lines = book.pending_list(["h200-surface-v2"]).splitlines()
+    assert not any("`dynamic-k-eagle3`" in line  # lease 23 measured it in full
+                   for line in book.pending_list(["h200-surface-v2"]).splitlines())
+    before = _surface_without(tmp_path, "eagle3-dynk-v1-")
+    lines = book.pending_list(["h200-surface-v2"], before).splitlines()
     # lease 20: EAGLE-3's dynamic K on its default runner failed at engine start, 4 cells
     assert ("- `h200-surface-v2`, `dynamic-k-default-runner`: 0 of 4 cells of `eagle3-dynk` "
             "measured, 4 failed (vLLM did not run them; kept as the record, not measured again); "
@@ -219,17 +231,18 @@ def test_pending_list_names_each_experiment_with_its_missing_and_failed_cells(tm
     dyn = next(line for line in lines if "`dynamic-k-eagle3`" in line)
     assert dyn.startswith("- `h200-surface-v2`, `dynamic-k-eagle3`: 0 of 8 cells of `eagle3-dynk-v1`")
     assert not any("`surface-k4`" in line for line in lines)  # measured in full
-    empty = book.pending_list(["h200-surface-v2"], tmp_path)  # no rows: every experiment listed
+    empty = book.pending_list(["h200-surface-v2"], tmp_path / "none")  # no rows: every experiment listed
     assert "`surface-k4`: 0 of " in empty and "failed" not in empty
     assert "baseline cells beside them (shared with other experiments): 0 measured" in empty
 
 
 def test_pending_experiments_are_those_a_lease_would_still_measure(tmp_path):
-    pending = book.pending_experiments("h200-surface-v2")
+    assert "dynamic-k-eagle3" not in book.pending_experiments("h200-surface-v2")  # lease 23
+    pending = book.pending_experiments("h200-surface-v2", _surface_without(tmp_path, "eagle3-dynk-v1-"))
     assert "k-sweep" not in pending and "surface-k4" not in pending  # measured in full
     assert "dynamic-k-eagle3" in pending
     assert "dynamic-k-default-runner" not in pending  # failed, but kept as the record
-    assert "k-sweep" in book.pending_experiments("h200-surface-v2", tmp_path)
+    assert "k-sweep" in book.pending_experiments("h200-surface-v2", tmp_path / "none")
 
 def test_pending_clause_names_what_is_pending_or_says_nothing(tmp_path):
     some = "{names} {are} not measured yet"

@@ -330,13 +330,18 @@ def test_dynamic_k_section_says_one_thing_when_nothing_is_measured_and_reads_the
     assert not any("not measured*" in t for t in text.values())  # no placeholder
     row = dict(acceptance_alpha=0.8, batch_size=1, runner="V1", cudagraph_mode="PIECEWISE")
     rows = pd.DataFrame([
-        dict(row, method="eagle3-dynk-v1", num_speculative_tokens=5, speedup=1.8,
+        dict(row, method="eagle3-dynk-v1", num_speculative_tokens=5, speedup=1.8, step_ms=16.0,
              spec_num_draft_tokens=500, spec_num_drafts=100),
-        dict(row, method="eagle3", num_speculative_tokens=5, speedup=2.0, runner="V2",
+        dict(row, method="eagle3", num_speculative_tokens=5, speedup=2.0, runner="V2", step_ms=8.0,
              cudagraph_mode="FULL", spec_num_draft_tokens=500, spec_num_drafts=100)])
     dyn, text = chapters.dynamic_k_section(rows, "h200-surface-v2", "eagle3-dynk")
-    assert len(dyn) == 1 and ("Over the 1 cells whose *K* was also measured fixed (of 1), the dynamic "
-                              "schedule ran at a median 0.90×") in text["dyn_text"]
+    assert len(dyn) == 1 and ("`eagle3-dynk-v1` (on V1, beside fixed *K* on V2) at a median 0.90× "
+                              "(0.90×, 1 of 1 cells)") in text["dyn_text"]
+    assert "the ratio carries the runner too" in text["dyn_text"]
+    # the step beside the fixed one, and the runner alone from the stored runner control
+    assert "At the same *K* the dynamic step took 2.00× the fixed step for `eagle3-dynk-v1`" in text["dyn_text"]
+    alone = protocol.runner_step_ratio(store.load_runs("h200-surface-v2"))
+    assert f"takes {protocol.span(alone, '.2f', '×')} at batch 1 and 16" in text["dyn_text"]
     assert text["dyn_text"].startswith("So the schedule is measured with EAGLE-3 pinned to the V1")
     assert "Not measured yet: `dynamic-k-1b`" in text["dyn_text"]
     assert "`eagle3-dynk-v1` (V1): PIECEWISE) against FULL" in text["dyn_text"]

@@ -6,7 +6,7 @@ import re
 import pandas as pd
 import pytest
 
-from specdec import findings
+from specdec import findings, store
 
 
 def _cell(method, speedup, acceptance=0.5, k=3, batch=1, workload="mtbench", profile="cpu-smollm2",
@@ -64,10 +64,15 @@ def test_lossless_headline_turns_when_a_cell_differs():
 def test_lossless_tally_reads_every_real_campaign_and_leaves_set_acceptance_out():
     tally = findings.lossless_tally()
     assert set(tally["dtype"]) >= {"float32", "bfloat16"}
-    # the H200 surface sets acceptance (not meant to match) and its runner controls are no
-    # speculation: neither is counted
-    assert not tally["campaigns"].str.contains("h200-surface").any()
     assert (tally["identical"] <= tally["cells"]).all()
+    # the H200 surface sets acceptance (not meant to match) and its runner controls are no
+    # speculation: neither is counted; its standard-sampler cells (natural acceptance) are
+    runs = store.load_runs("h200-surface-v2")
+    natural = runs[runs["acceptance_alpha"].isna() & (runs["num_speculative_tokens"] > 0)
+                   & (runs["status"] == "ok")]
+    surface = findings.lossless_tally(campaigns=["h200-surface-v2"])
+    assert surface["cells"].sum() == natural["cell_id"].nunique()
+    assert natural["cell_id"].nunique() < runs[runs["num_speculative_tokens"] > 0]["cell_id"].nunique()
 
 
 def test_acceptance_with_k_and_speedup_with_batch_are_read_off_the_rows():

@@ -761,3 +761,14 @@ def test_standard_vs_synthetic_reads_only_pairs_measured_in_one_lease():
     assert "over 1 batch sizes" in sentence and list(out["batch"]) == [4]
     none, sentence = protocol.standard_vs_synthetic(rows(["L1", "L1", "L2", "L2"]))
     assert none is None and "not read" in sentence and "precision" not in sentence
+
+
+def test_runner_step_ratio_is_eagle3_on_v1_over_v2_per_batch_median_over_leases():
+    rows = (_rows("eagle3", 4, 0.8, 7.0, 3.2, lease="L1") + _rows("eagle3", 4, 0.8, 9.0, 3.2, lease="L2")
+            + _rows("eagle3-v1", 4, 0.8, 8.4, 3.2, runner=V1, lease="L2")
+            + _rows("eagle3", 4, 0.8, 8.0, 3.2, lease="L1", phase="start")  # a panel cell: not read
+            + _rows("eagle3", 4, 0.8, 12.0, 3.2, batch=16) + _rows("eagle3", 5, 0.8, 1.0, 3.2, runner=V1))
+    ratio = protocol.runner_step_ratio(pd.DataFrame(rows))
+    assert ratio.to_dict() == pytest.approx({1: 8.4 / 8.0})  # batch 16: no V1 side
+    assert protocol.runner_step_ratio(pd.DataFrame(_rows("eagle3", 4, 0.8, 7.0, 3.2))).empty
+    assert protocol.runner_step_ratio(pd.DataFrame()).empty

@@ -58,9 +58,12 @@ def test_model_check_recovers_a_constant_step_cost():
     for a in (0.0, 0.5, 0.8, 1.0):
         e = k + 1 if a == 1 else (1 - a ** (k + 1)) / (1 - a)
         rows.append(_cell(a, k=k, speedup=e / (c * k + 1), mean_acceptance_length=e))
+    # a curve measured only between the ends (vLLM's dynamic K) has nothing to fit: left out
+    rows += [_cell(a, method="dynk", k=k, speedup=1.0, mean_acceptance_length=2.0) for a in (0.5, 0.8)]
     fit = surface.model_check(pd.DataFrame(rows))
     assert fit.params["cost_ratio"].iloc[0] == pytest.approx(c, rel=1e-4)
-    assert fit.error_of("test")["max_abs_pct"] < 1e-3
+    assert fit.error_of("test")["max_abs_pct"] < 1e-3 and fit.error_of("test")["n"] == 2
+    assert set(fit.predictions["method"]) == {"m"}
 
 
 @pytest.fixture(scope="module")

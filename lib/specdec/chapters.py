@@ -597,10 +597,28 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
         for m, g in dyn.groupby("method"))
     fixed_modes = ", ".join(sorted(set(dyn["fixed_cudagraph_mode"].dropna()))) or "not recorded"
     from . import protocol
+    measured = set(dyn["method"])
+    pinned_e3 = {m for m, f in pairs.items() if m != default_method and f == pairs.get(default_method)}
+    # the dynamic step against the fixed step at the same K, and the runner alone beside it
+    per_step = [f"{protocol.span(g['step_ms'] / g['fixed_step_ms'], '.2f', '×')}" + " the fixed step" * (not i)
+                + f" for `{m}`" for i, (m, g) in enumerate(
+                    (m, g) for m, g in dyn.groupby("method") if g["fixed_step_ms"].notna().any())]
+    per_step = " and ".join(per_step)
+    alone = protocol.runner_step_ratio(store.load_runs(profile, Path(results_root) if results_root else None))
+    steps = (f" At the same *K* the dynamic step took {per_step}"
+             + (f", while the V1 runner alone, with full graphs (the runner control: EAGLE-3 at "
+                f"*K* = 4 on V1 over V2, α = 0.8), takes {protocol.span(alone, '.2f', '×')} at "
+                f"batch {' and '.join(str(b) for b in alone.index)}: what is left goes with the "
+                f"schedule and the piecewise graphs V1 sets for it, which these cells do not "
+                f"tell apart" if len(alone) and pinned_e3 & measured
+                else "") + "." if per_step else "")
     panel = protocol.stored_panel(profile)
     spread = protocol.method_spread(panel) if panel is not None else pd.Series(dtype=float)
     host = one_host_ratios(dyn, panel, spread)
-    ratio = dyn["dynamic_over_fixed"].median()
+    # each dynamic method read on its own: their fixed sides run on different runners
+    by_method = {m: g for m, g in dyn.groupby("method")}
+    medians = pd.Series({m: g["dynamic_over_fixed"].median() for m, g in by_method.items()})
+    ratio = medians.max()
     worst = max(ratio, host["one_host"].max()) if len(host) else ratio
     verdict = ("switching the schedule on costs more on every step than it gains, so where the "
                "batch size of a deployment is stable, the best fixed *K* for that batch is the "
@@ -613,20 +631,19 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
         fixed = sorted(set(host["fixed_method"]))
         verdict += (
             ". The step of " + " and ".join(f"`{m}`" for m in fixed) + " moves between hosts "
-            "(its control-panel cells by up to "
-            + ", ".join(f"±{spread[m] / 2:.0%}" for m in fixed if m in spread)
+            "(their control-panel cells by up to "
+            + " and ".join(f"±{spread[m] / 2:.0%}" for m in fixed if m in spread)
             + "), and the dynamic and the fixed cells come from different leases ("
             + ", ".join(sorted(set(host["lease_id"]) | set(host["fixed_lease"])))
             + "); read on one host (each ratio times the two leases' panel steps of the fixed "
             "method at that batch), the ratios at batch "
             + " and ".join(str(b) for b in sorted(set(host["batch_size"])))
             + f", the batches the panel measures, are {protocol.span(host['one_host'], '.2f', '×')}")
-    dyn_r, fix_r = dynamic_runners(dyn)
-    runners = (f"Here the dynamic cells ran on {dyn_r} and the fixed ones on {fix_r}: each "
-               f"ratio carries the runner." if dyn_r != fix_r else
-               f"Dynamic and fixed cells ran on the same runner ({dyn_r}).")
-    measured = set(dyn["method"])
-    pinned_e3 = {m for m, f in pairs.items() if m != default_method and f == pairs.get(default_method)}
+    crossed = any(len(set(g["runner"].dropna()) | set(g["fixed_runner"].dropna())) > 1
+                  for g in by_method.values())
+    runners = ("Where the fixed side runs on another runner, the ratio carries the runner too."
+               if crossed else f"Dynamic and fixed cells ran on the same runner "
+               f"({dynamic_runners(dyn)[0]}).")
     if pinned_e3 & measured:
         pinned = ("So the schedule is measured with EAGLE-3 pinned to the V1 runner "
                   "(`VLLM_USE_V2_MODEL_RUNNER=0`), on which the study's first protocol ran it; "
@@ -639,25 +656,30 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
     others = set(pairs) - {default_method} - pinned_e3 - measured
     if others:
         pinned += f" Not measured yet: {pending(others)} (listed at the end of this chapter)."
-    counted = dyn["dynamic_over_fixed"].notna()
+    def read(m, g):
+        c = g["dynamic_over_fixed"].dropna()
+        on, beside = dynamic_runners(g)
+        return (f"`{m}` (on {on}, beside fixed *K* on {beside}) at a median {c.median():.2f}× "
+                f"({protocol.span(c, '.2f', '×')}, {len(c)} of {len(g)} cells) of the speed of "
+                f"the same fixed *K* and at {g['dynamic_over_best'].median():.2f}× of the best "
+                f"fixed *K*")
+
     text["dyn_text"] = (
         f"{pinned} V1 turns full CUDA graphs off when a schedule is set (its log "
         "says \"for reliability\"). A user who switches the schedule on in this version therefore "
         "changes the graph mode with it (for EAGLE-3 the runner too), and the ratios below are "
         f"that whole change, set beside fixed *K* on the runner vLLM picks. {runners}\n\n"
-        f"Over the {counted.sum()} cells whose *K* was also measured fixed (of {len(dyn)}), the "
-        f"dynamic schedule ran at a median {ratio:.2f}× (from "
-        f"{dyn['dynamic_over_fixed'].min():.2f}× to {dyn['dynamic_over_fixed'].max():.2f}×) of "
-        f"the speed of the same fixed *K*, and at {dyn['dynamic_over_best'].median():.2f}× of "
-        f"the best fixed *K*: {verdict}. The rows record the CUDA graph mode of each dynamic "
-        f"engine ({modes}) against {fixed_modes} for the fixed ones. What a schedule is worth "
-        f"under a changing batch (an online server) is not measured here.")
-    text["sum_dyn"] = (f"vLLM's dynamic *K* ran at {ratio:.2f}× of the same fixed *K* (median "
-                       f"over {counted.sum()} cells of "
-                       + ", ".join(f"`{m}`" for m in sorted(set(dyn["method"])))
-                       + f"{runner_note(dyn)}"
-                       + (f"; {protocol.span(host['one_host'], '.2f', '×')} read on one host"
-                          if len(host) else "") + ").")
+        "Over the cells whose *K* was also measured fixed, the dynamic schedule ran: "
+        + "; ".join(read(m, g) for m, g in by_method.items() if g["dynamic_over_fixed"].notna().any())
+        + f". {verdict[0].upper()}{verdict[1:]}. The rows record the CUDA graph mode of each dynamic "
+        f"engine ({modes}) against {fixed_modes} for the fixed ones.{steps} What a schedule is "
+        f"worth under a changing batch (an online server) is not measured here.")
+    text["sum_dyn"] = ("vLLM's dynamic *K* ran at " + "; ".join(
+        f"{medians[m]:.2f}× of the same fixed *K* for `{m}` (median over "
+        f"{g['dynamic_over_fixed'].notna().sum()} cells{runner_note(g)})"
+        for m, g in by_method.items() if pd.notna(medians[m]))
+        + (f"; {protocol.span(host['one_host'], '.2f', '×')} read on one host"
+           if len(host) else "") + ".")
     key = ["method", "batch_size", "acceptance_alpha"]
     return dyn.merge(host[key + ["one_host"]], on=key, how="left"), text
 

@@ -531,7 +531,10 @@ def users_speedups(profile: str, results_root: Path | None = None, panels: Path 
     runs = runs[runs["workload"].isin(surface_workloads(prof))] if len(runs) else runs
     if runs.empty:
         return None
-    pinned = {m.name for m in prof.methods if (m.env or m.engine_args) and m.speculative}
+    # a dynamic-K method pinned to the one runner its schedule starts on (EAGLE-3's on V1 in
+    # vLLM 0.26) is what a user who switches the schedule on runs: an answer, not a control
+    pinned = ({m.name for m in prof.methods if (m.env or m.engine_args) and m.speculative}
+              - set(dynamic_k_methods(prof)))
     runs = runs[~runs["method"].isin(pinned)]
     panel_runs = load_panels(profile, panels) if panel_runs is None else panel_runs
     panel_cells = cells(panel_runs) if len(panel_runs) else None
@@ -981,6 +984,22 @@ def controls(speedup_df: pd.DataFrame, k: int = 4, batches: Sequence[int] = (1, 
                      _p=d["panel_phase"].map({"start": 0, "end": 1}).fillna(-1))
             .sort_values(["acceptance_alpha", "batch_size", "_o", "lease_id", "_p"])[cols]
             .reset_index(drop=True))
+
+
+def runner_step_ratio(runs: pd.DataFrame, k: int = 4, alpha: float = 0.8,
+                      batches: Sequence[int] = (1, 16)) -> pd.Series:
+    """The runner control alone, per batch: EAGLE-3's step pinned to V1 over its step on V2
+    (vLLM's default), both at ``k`` and set ``alpha`` with full CUDA graphs, each the median
+    over the leases that measured it; empty where either side is not measured."""
+    c = cells(runs[runs["method"].isin(["eagle3", "eagle3-v1"])]) if len(runs) else pd.DataFrame()
+    if c.empty:
+        return pd.Series(dtype=float)
+    c = c[(c["num_speculative_tokens"] == k) & (c["acceptance_alpha"] == alpha)
+          & c["batch_size"].isin(batches) & c["panel_phase"].isna()]
+    step = c.groupby(["batch_size", "method"])["step_ms"].median().unstack()
+    if not {"eagle3", "eagle3-v1"} <= set(step):
+        return pd.Series(dtype=float)
+    return (step["eagle3-v1"] / step["eagle3"]).dropna()
 
 
 def controls_section(speedup_df: pd.DataFrame | None, cell_df: pd.DataFrame | None,

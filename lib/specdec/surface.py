@@ -92,14 +92,17 @@ def model_check(surface_df: pd.DataFrame, train_alphas=(0.0, 1.0)) -> theory.Fit
 
     The fit uses :func:`theory.fit` with the model ``S = E(alpha, K) / (c K + 1)``, alpha
     from the measured acceptance length (so E is the measured tokens per step) and one cost
-    ``c`` per curve; the cells at other alphas are the test split.
+    ``c`` per curve; the cells at other alphas are the test split. A curve with no cell at
+    ``train_alphas`` (vLLM's dynamic K, measured at two other alphas) has nothing to fit and
+    is left out rather than predicted as NaN.
     """
+    by = ["profile", "method", "num_speculative_tokens", "batch_size", "compilation"]
     spec = surface_df[(surface_df["method"] != BASELINE)
                       & surface_df["acceptance_alpha"].notna()].copy()
     train = spec["acceptance_alpha"].isin(list(train_alphas))
-    return theory.fit(spec, train, model="leviathan", alpha_source="per_token",
-                      by=("profile", "method", "num_speculative_tokens", "batch_size",
-                          "compilation"))
+    fitted = train.groupby([spec[c] for c in by if c in spec], dropna=False).transform("any")
+    spec, train = spec[fitted], train[fitted]
+    return theory.fit(spec, train, model="leviathan", alpha_source="per_token", by=tuple(by))
 
 
 def engine_holdings(summary_df: pd.DataFrame) -> pd.DataFrame:
@@ -209,6 +212,7 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
     K) and ``dynamic_over_fixed`` (their ratio: what the mechanism itself costs); the best
     fixed K measured at that batch and alpha (``best_fixed_k``, ``best_fixed``) and
     ``dynamic_over_best`` (what a schedule can gain at most is that best fixed K per batch);
+    ``step_ms`` and ``fixed_step_ms`` (the fixed cell's at that K) where the table has them;
     ``runner`` and ``fixed_runner`` where the table has them (in vLLM 0.26 EAGLE-3's schedule
     runs only on V1, its fixed K on V2 by default: the ratio then carries the runner too), and
     ``lease_id`` and ``fixed_lease`` (the fixed cell's at that K), where it has them.
@@ -234,6 +238,8 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
                 "runner": r.get("runner"),
                 "fixed_runner": same["runner"].iloc[0] if len(same) and "runner" in same else None,
                 "cudagraph_mode": r.get("cudagraph_mode"), "speedup": float(r["speedup"]),
+                "step_ms": r.get("step_ms"),
+                "fixed_step_ms": float(at_k["step_ms"].iloc[0]) if len(at_k) and "step_ms" in at_k else np.nan,
                 "fixed_same_k": float(at_k["speedup"].iloc[0]) if len(at_k) else np.nan,
                 "fixed_cudagraph_mode": at_k["cudagraph_mode"].iloc[0]
                 if len(at_k) and "cudagraph_mode" in at_k else None,
@@ -247,7 +253,7 @@ def dynamic_vs_fixed(surface_df: pd.DataFrame, pairs: dict[str, str]) -> pd.Data
     out = pd.DataFrame(rows, columns=[
         "method", "fixed_method", "batch_size", "acceptance_alpha", "k_used", "runner",
         "fixed_runner", "cudagraph_mode",
-        "speedup", "fixed_same_k", "fixed_cudagraph_mode", "best_fixed_k", "best_fixed",
+        "speedup", "step_ms", "fixed_step_ms", "fixed_same_k", "fixed_cudagraph_mode", "best_fixed_k", "best_fixed",
         "fixed_ks", "lease_id", "fixed_lease", "profile", "device_name", "vllm_version"])
     out["dynamic_over_fixed"] = out["speedup"] / out["fixed_same_k"]
     out["dynamic_over_best"] = out["speedup"] / out["best_fixed"]
