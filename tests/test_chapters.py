@@ -347,6 +347,12 @@ def test_dynamic_k_section_says_one_thing_when_nothing_is_measured_and_reads_the
     assert "`eagle3-dynk-v1` (V1): PIECEWISE) against FULL" in text["dyn_text"]
     assert text["sum_dyn"].startswith("vLLM's dynamic *K* ran at 0.90× of the same fixed *K*")
     assert "one host" not in text["sum_dyn"]  # EAGLE-3's step holds between hosts
+    alone = rows.iloc[[0]]  # the dynamic cell without a fixed one at its K: no ratio to read
+    assert chapters.dynamic_k_section(alone, "h200-surface-v2", "eagle3-dynk")[1]["sum_dyn"] == (
+        "vLLM's dynamic *K* is measured, but no fixed *K* yet at the *K* its schedule chose: "
+        "the ratio is not read.")
+    assert "No fixed *K* is measured yet at the *K* the schedule chose" in chapters.dynamic_k_section(
+        alone, "h200-surface-v2", "eagle3-dynk")[1]["dyn_text"]
 
 
 def test_one_host_ratios_scale_a_ratio_by_the_two_leases_panel_steps_of_a_moving_method():

@@ -669,9 +669,11 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
         "says \"for reliability\"). A user who switches the schedule on in this version therefore "
         "changes the graph mode with it (for EAGLE-3 the runner too), and the ratios below are "
         f"that whole change, set beside fixed *K* on the runner vLLM picks. {runners}\n\n"
-        "Over the cells whose *K* was also measured fixed, the dynamic schedule ran: "
-        + "; ".join(read(m, g) for m, g in by_method.items() if g["dynamic_over_fixed"].notna().any())
-        + f". {verdict[0].upper()}{verdict[1:]}. The rows record the CUDA graph mode of each dynamic "
+        + ("Over the cells whose *K* was also measured fixed, the dynamic schedule ran: "
+           + "; ".join(read(m, g) for m, g in by_method.items() if g["dynamic_over_fixed"].notna().any())
+           + f". {verdict[0].upper()}{verdict[1:]}." if medians.notna().any() else
+           "No fixed *K* is measured yet at the *K* the schedule chose: the ratio is not read.")
+        + " The rows record the CUDA graph mode of each dynamic "
         f"engine ({modes}) against {fixed_modes} for the fixed ones.{steps} What a schedule is "
         f"worth under a changing batch (an online server) is not measured here.")
     text["sum_dyn"] = ("vLLM's dynamic *K* ran at " + "; ".join(
@@ -679,7 +681,9 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
         f"{g['dynamic_over_fixed'].notna().sum()} cells{runner_note(g)})"
         for m, g in by_method.items() if pd.notna(medians[m]))
         + (f"; {protocol.span(host['one_host'], '.2f', '×')} read on one host"
-           if len(host) else "") + ".")
+           if len(host) else "") + ".") if medians.notna().any() else (
+        "vLLM's dynamic *K* is measured, but no fixed *K* yet at the *K* its schedule chose: "
+        "the ratio is not read.")
     key = ["method", "batch_size", "acceptance_alpha"]
     return dyn.merge(host[key + ["one_host"]], on=key, how="left"), text
 
