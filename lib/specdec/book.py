@@ -239,20 +239,6 @@ class ChapterData:
         return self.summary[self.summary["profile"] == profile]
 
 
-def _tagged(df, experiments: Sequence[str]):
-    """Rows whose cell belongs to any of ``experiments`` (``experiment_tags`` is derived from
-    the profile when the rows are read: :func:`specdec.store.with_membership`)."""
-    wanted = set(experiments)
-    mask = [tags is not None and bool(wanted & set(tags)) for tags in df["experiment_tags"]]
-    return df.loc[_mask(mask, df.index)]
-
-
-def _mask(values, index):
-    import pandas as pd
-
-    return pd.Series(values, index=index, dtype=bool)
-
-
 def _defined_experiments(profile: str, experiments: Sequence[str]) -> list[str]:
     """Those of ``experiments`` that ``profiles/<profile>.yaml`` defines (a chapter may name
     experiments of several campaigns); [] if the profile is not in this checkout."""
@@ -295,7 +281,7 @@ def chapter_data(profiles: Sequence[str], experiment: str | Sequence[str] | None
             runner.run(p, experiments=chosen, results_root=root)
     runs = store.load_runs(profiles, root=root)
     if experiments is not None:
-        runs = _tagged(runs, experiments)
+        runs = store.tagged(runs, experiments)
     runs = runs.reset_index(drop=True)
     if len(runs):
         store.check_provenance(runs, where=f"{', '.join(experiments or ['all'])} rows")

@@ -599,24 +599,27 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
     from . import protocol
     measured = set(dyn["method"])
     pinned_e3 = {m for m, f in pairs.items() if m != default_method and f == pairs.get(default_method)}
+    # each dynamic method read on its own: their fixed sides run on different runners
+    by_method = {m: g for m, g in dyn.groupby("method")}
     # the dynamic step against the fixed step at the same K, and the runner alone beside it
-    per_step = [f"{protocol.span(g['step_ms'] / g['fixed_step_ms'], '.2f', '×')}" + " the fixed step" * (not i)
-                + f" for `{m}`" for i, (m, g) in enumerate(
-                    (m, g) for m, g in dyn.groupby("method") if g["fixed_step_ms"].notna().any())]
-    per_step = " and ".join(per_step)
-    alone = protocol.runner_step_ratio(store.load_runs(profile, Path(results_root) if results_root else None))
-    steps = (f" At the same *K* the dynamic step took {per_step}"
-             + (f", while the V1 runner alone, with full graphs (the runner control: EAGLE-3 at "
-                f"*K* = 4 on V1 over V2, α = 0.8), takes {protocol.span(alone, '.2f', '×')} at "
-                f"batch {' and '.join(str(b) for b in alone.index)}: what is left goes with the "
-                f"schedule and the piecewise graphs V1 sets for it, which these cells do not "
-                f"tell apart" if len(alone) and pinned_e3 & measured
-                else "") + "." if per_step else "")
+    step_ratios = [f"{protocol.span(g['step_ms'] / g['fixed_step_ms'], '.2f', '×')}"
+                   f"{' the fixed step' if not i else ''} for `{m}`"
+                   for i, (m, g) in enumerate((m, g) for m, g in by_method.items()
+                                              if g["fixed_step_ms"].notna().any())]
+    steps = ""
+    if step_ratios:
+        steps = f" At the same *K* the dynamic step took {' and '.join(step_ratios)}"
+        alone = protocol.runner_step_ratio(store.load_runs(profile, Path(results_root) if results_root else None))
+        if len(alone) and pinned_e3 & measured:
+            steps += (f", while the V1 runner alone, with full graphs (the runner control: EAGLE-3 "
+                      f"at *K* = 4 on V1 over V2, α = 0.8), takes {protocol.span(alone, '.2f', '×')} "
+                      f"at batch {' and '.join(str(b) for b in alone.index)}: what is left goes "
+                      f"with the schedule and the piecewise graphs V1 sets for it, which these "
+                      f"cells do not tell apart")
+        steps += "."
     panel = protocol.stored_panel(profile)
     spread = protocol.method_spread(panel) if panel is not None else pd.Series(dtype=float)
     host = one_host_ratios(dyn, panel, spread)
-    # each dynamic method read on its own: their fixed sides run on different runners
-    by_method = {m: g for m, g in dyn.groupby("method")}
     medians = pd.Series({m: g["dynamic_over_fixed"].median() for m, g in by_method.items()})
     ratio = medians.max()
     worst = max(ratio, host["one_host"].max()) if len(host) else ratio

@@ -520,8 +520,8 @@ def surface_workloads(prof) -> list[str]:
 def users_speedups(profile: str, results_root: Path | None = None, panels: Path | None = None,
                    runs: pd.DataFrame | None = None,
                    panel_runs: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.Series] | None:
-    """The :func:`speedups` of what users run in a protocol-2 campaign (a method that pins a
-    setting, its own env or engine arguments, is a control, not an answer), from its stored
+    """The :func:`speedups` of what users run in a protocol-2 campaign (the :data:`CONTROLS`,
+    which pin a setting to show what it changes, are not an answer), from its stored
     rows and panels (or the ``runs`` and ``panel_runs`` a chapter has already read), with each
     method's panel spread (:func:`method_spread`); None where the campaign has no rows."""
     from .profiles import load_profile
@@ -531,11 +531,9 @@ def users_speedups(profile: str, results_root: Path | None = None, panels: Path 
     runs = runs[runs["workload"].isin(surface_workloads(prof))] if len(runs) else runs
     if runs.empty:
         return None
-    # a dynamic-K method pinned to the one runner its schedule starts on (EAGLE-3's on V1 in
-    # vLLM 0.26) is what a user who switches the schedule on runs: an answer, not a control
-    pinned = ({m.name for m in prof.methods if (m.env or m.engine_args) and m.speculative}
-              - set(dynamic_k_methods(prof)))
-    runs = runs[~runs["method"].isin(pinned)]
+    # the controls (:data:`CONTROLS`) pin a setting to show what it changes; a pin a method
+    # needs to run at all (EAGLE-3's dynamic K starts only on V1 in vLLM 0.26) is what users run
+    runs = runs[~runs["method"].isin({m for pins in CONTROLS.values() for m in pins})]
     panel_runs = load_panels(profile, panels) if panel_runs is None else panel_runs
     panel_cells = cells(panel_runs) if len(panel_runs) else None
     spread = (method_spread(panel_table(panel_cells)) if panel_cells is not None
@@ -595,9 +593,7 @@ def standard_vs_synthetic(runs: pd.DataFrame, method: str = "draft-1layer",
     a pair is read only from one lease (one host; the draft's V1 step moves between hosts by
     more than a sampler could). Returns the pairs and the sentence that reads them;
     ``(None, sentence)`` until a pair is stored, the sentence then claiming nothing."""
-    mine = runs[runs["method"] == method] if len(runs) else runs
-    mine = mine[np.array([t is not None and experiment in set(t)
-                          for t in mine["experiment_tags"]], bool)] if len(mine) else mine
+    mine = store.tagged(runs[runs["method"] == method], [experiment]) if len(runs) else runs
     c = cells(mine) if len(mine) else pd.DataFrame(columns=["acceptance_alpha"])
     std, syn = c[c["acceptance_alpha"].isna()], c[c["acceptance_alpha"] == 1.0]
     if std.empty or syn.empty:
@@ -991,15 +987,16 @@ def runner_step_ratio(runs: pd.DataFrame, k: int = 4, alpha: float = 0.8,
     """The runner control alone, per batch: EAGLE-3's step pinned to V1 over its step on V2
     (vLLM's default), both at ``k`` and set ``alpha`` with full CUDA graphs, each the median
     over the leases that measured it; empty where either side is not measured."""
-    c = cells(runs[runs["method"].isin(["eagle3", "eagle3-v1"])]) if len(runs) else pd.DataFrame()
+    default, pin = "eagle3", CONTROLS["eagle3"][0]
+    c = cells(runs[runs["method"].isin([default, pin])]) if len(runs) else pd.DataFrame()
     if c.empty:
         return pd.Series(dtype=float)
     c = c[(c["num_speculative_tokens"] == k) & (c["acceptance_alpha"] == alpha)
           & c["batch_size"].isin(batches) & c["panel_phase"].isna()]
     step = c.groupby(["batch_size", "method"])["step_ms"].median().unstack()
-    if not {"eagle3", "eagle3-v1"} <= set(step):
+    if not {default, pin} <= set(step):
         return pd.Series(dtype=float)
-    return (step["eagle3-v1"] / step["eagle3"]).dropna()
+    return (step[pin] / step[default]).dropna()
 
 
 def controls_section(speedup_df: pd.DataFrame | None, cell_df: pd.DataFrame | None,

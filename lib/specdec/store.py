@@ -427,6 +427,16 @@ def with_membership(df: pd.DataFrame, experiments_from: Mapping | None = None) -
     return df
 
 
+def tagged(df: pd.DataFrame, experiments: Sequence[str]) -> pd.DataFrame:
+    """Rows whose cell belongs to any of ``experiments`` (``experiment_tags``, set by
+    :func:`with_membership` when the rows are read)."""
+    if df.empty:
+        return df
+    wanted = set(experiments)
+    mask = [tags is not None and bool(wanted & set(tags)) for tags in df["experiment_tags"]]
+    return df.loc[pd.Series(mask, index=df.index, dtype=bool)]
+
+
 def load_runs(profiles: str | Sequence[str], root: Path | None = None,
               only_ok: bool = False, experiments_from: Mapping | None = None) -> pd.DataFrame:
     """All run rows of one or more profiles, schema-checked, with experiment membership
