@@ -404,6 +404,8 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
                                                "final_eval": dict(ev)})
             ev["weights_sha256"] = cman["files"][export.WEIGHTS]
         emit({"event": "eval", **ev})
+        print(f"[train] {name} step {step}: held-out agreement {ev['agreement']:.3f}, "
+              f"loss {ev['loss']:.3f}, {ev['train_s']:.0f} s of training", flush=True)
         evals.append(ev)
         paused += time.perf_counter() - t
         return ev
