@@ -47,6 +47,15 @@ def _cmd_unpack(a) -> int:
     return 0
 
 
+def _cmd_keep_data(a) -> int:
+    from . import device
+
+    digest = device.keep_data(a.folder)
+    print(f"kept in {device.DATA_RECORD}: data sha256 {digest[:16]}; commit it, and "
+          f"`specdec train carry` carries it to the next lease instead of generating it again")
+    return 0
+
+
 def _cmd_status(a) -> int:
     from . import artifacts
     from .recipes import RECIPES
@@ -162,6 +171,10 @@ def register(subparsers) -> None:
                    help="write the records here (default: data/trained); a retraining's go to "
                         "data/retrained, beside the recorded training they repeat")
     u.set_defaults(func=_cmd_unpack)
+    k = sub.add_parser("keep-data", help="keep the data a lease generated (sequences.npz) in "
+                                         "data/plateau/_data, to carry to later leases")
+    k.add_argument("folder", type=Path, help="folder with sequences.npz and sequences.npz.json")
+    k.set_defaults(func=_cmd_keep_data)
     s = sub.add_parser("status", help="which artifacts are trained and installed")
     s.set_defaults(func=_cmd_status)
     t = sub.add_parser("tiny", help="CPU smoke versions of every artifact (a few steps)")

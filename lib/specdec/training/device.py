@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import paths
 from . import artifacts, data
 from .recipes import DATA, RECIPES
 
@@ -44,6 +45,13 @@ GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: The packaged text sources cut to what h200-trained reads (workloads.export_sources).
 WORKLOADS = "workloads.tgz"
 PARTS_PER_CALL = 4
+
+
+#: Where the data a lease generated is kept, committed (``specdec train keep-data``): the
+#: sequences xz-compressed (12.6 MB of uint16 tokens, 2.3 MB compressed) and their record,
+#: carried to later leases in ``.train-carry`` instead of generated again (265 s on an H100).
+DATA_RECORD = paths.ROOT / "data" / "plateau" / "_data"
+DATA_XZ = "sequences.npz.xz"
 
 
 def _sha(p: Path) -> str:
@@ -57,7 +65,7 @@ def _sha(p: Path) -> str:
 # --------------------------------------------------------------------------- #
 # Here: what travels
 # --------------------------------------------------------------------------- #
-def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int = 30_000_000,
+def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int = 25_000_000,
                wheel_dir: Path | None = None) -> dict:
     from .. import models, workloads
 
@@ -79,6 +87,13 @@ def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int 
             i += 1
     for w in sorted(Path(wheel_dir).glob("gguf-*.whl")) if wheel_dir else []:
         shutil.copy2(w, out / w.name)
+    # The data an earlier lease generated from these prompts, where it is kept (keep_data).
+    for f in (DATA_XZ, "sequences.npz.json"):
+        (out / f).unlink(missing_ok=True)
+    kept = DATA_RECORD / "sequences.npz.json"
+    if kept.is_file() and json.loads(kept.read_text())["train"]["sha256"] == meta["train"]["sha256"]:
+        for f in (DATA_XZ, "sequences.npz.json"):
+            shutil.copy2(DATA_RECORD / f, out / f)
     # The text workloads of h200-trained, which the lease measures after the trainings.
     with tempfile.TemporaryDirectory() as d:
         sources = workloads.export_sources(Path(d), data.HELDOUT)
@@ -152,11 +167,37 @@ def target_in_child(carry: Path, work: Path) -> Path:
     return _target(carry, work)
 
 
+def keep_data(src: Path, dest: Path = DATA_RECORD) -> str:
+    """Keep the data a lease brought back (``src/sequences.npz`` and its ``.json``) in ``dest``,
+    to be committed: checked against its recorded hash, the sequences xz-compressed. Returns the
+    data hash."""
+    import lzma
+
+    rec = json.loads((src / "sequences.npz.json").read_text())
+    _, digest = data.load_sequences(src / "sequences.npz")
+    if digest != rec["data_sha256"]:
+        raise SystemExit(f"{src}/sequences.npz: data sha256 {digest[:16]} is not the recorded "
+                         f"{rec['data_sha256'][:16]}: not kept")
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = dest / (DATA_XZ + ".part")
+    tmp.write_bytes(lzma.compress((src / "sequences.npz").read_bytes(), preset=9))
+    tmp.replace(dest / DATA_XZ)
+    shutil.copy2(src / "sequences.npz.json", dest / "sequences.npz.json")
+    return digest
+
+
 def carried_data(carry: Path, work: Path) -> Path | None:
-    """The data an earlier lease generated, carried back (``.train-carry/sequences.npz`` and its
-    ``.json``), checked and put where :func:`step_fit` reads it: its content hash must be the one
-    recorded with it, and its prompts the carried ones (the split's sha256). None: none carried."""
+    """The data an earlier lease generated, carried back (``.train-carry/sequences.npz.xz``, as
+    :func:`keep_data` keeps it, or ``sequences.npz``, and its ``.json``), checked and put where
+    :func:`step_fit` reads it: its content hash must be the one recorded with it, and its prompts
+    the carried ones (the split's sha256). None: none carried."""
+    import lzma
+
     npz, meta = carry / "sequences.npz", carry / "sequences.npz.json"
+    if not npz.is_file() and (carry / DATA_XZ).is_file():
+        npz = work / "data" / "carried.npz"
+        npz.parent.mkdir(parents=True, exist_ok=True)
+        npz.write_bytes(lzma.decompress((carry / DATA_XZ).read_bytes()))
     if not npz.is_file():
         return None
     rec = json.loads(meta.read_text())
@@ -167,7 +208,10 @@ def carried_data(carry: Path, work: Path) -> Path | None:
                          "prompts (data_sha256 / split sha256)")
     out = work / "data" / "sequences.npz"
     out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(npz, out)
+    if npz.parent == out.parent:  # decompressed there from the carried xz
+        npz.replace(out)
+    else:
+        shutil.copy2(npz, out)
     shutil.copy2(meta, str(out) + ".json")
     print(f"[data] carried: {rec['sequences']} sequences, sha256 {digest[:16]}", flush=True)
     return out
