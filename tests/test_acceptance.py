@@ -327,3 +327,80 @@ def test_speedups_above_the_tokens_per_step_are_named_with_their_baselines():
     assert "`h200-trained` humaneval at batch 8" in said
     ok = summ[~summ.index.isin(bad.index)]
     assert acceptance.unread_speedups(ok).startswith("every speculative cell's speedup lies within")
+
+
+def _plateau_records(root, stopped_by="time_cap"):
+    """A whole-data run with evaluations at 125 … 1000 (checkpoints) and one checkpoint
+    artifact (-c1, step 250), as a lease's records.tgz unpacks into data/plateau."""
+    evals = [{"step": 0, "train_s": 0.0, "acc1": 0.0, "acc2": 0.0, "acc3": 0.0, "loss": 9.0}]
+    for i, st in enumerate((125, 250, 500, 1000)):
+        a = 0.4 + 0.1 * i
+        evals.append({"step": st, "train_s": st / 10, "acc1": a, "acc2": a - 0.05,
+                      "acc3": a - 0.1, "loss": 3.0 - i, "checkpoint": f"checkpoints/step{st:06d}",
+                      "first_tokens": {"acc1": a - 0.1, "acc2": a - 0.15, "acc3": a - 0.2}})
+    run = {"evals": evals, "steps": 1000, "stopped_by": stopped_by, "device_name": "NVIDIA H100 80GB HBM3",
+           "data_fraction": 1.0, "train_s": 100.0}
+    (root / "smollm2-eagle3").mkdir(parents=True)
+    (root / "smollm2-eagle3" / "manifest.json").write_text(json.dumps(
+        {"artifact": "smollm2-eagle3", "method": "eagle3", "run": run}))
+    (root / "smollm2-eagle3-c1").mkdir()
+    (root / "smollm2-eagle3-c1" / "manifest.json").write_text(json.dumps(
+        {"artifact": "smollm2-eagle3-c1", "method": "eagle3", "checkpoint_of": "smollm2-eagle3",
+         "checkpoint_step": 250, "run": {"steps": 250, "checkpoint": True}}))
+
+
+def _plateau_summary():
+    rows = []
+    for method, draft, rates in (("eagle3", "smollm2-eagle3", (0.30, 0.20)),
+                                 ("eagle3-c1", "smollm2-eagle3-c1", (0.20, 0.10))):
+        for wl, r in zip(("mtbench", "humaneval"), rates):
+            rows.append(_row("h100-plateau", method, 4, wl, 0.0, r, [0.5, 0.3, 0.2, 0.1],
+                             draft=draft))
+    return pd.DataFrame(rows)
+
+
+def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):
+    _plateau_records(tmp_path)
+    curves = acceptance.plateau_curves(tmp_path)
+    assert curves["step"].tolist() == [125, 250, 500, 1000]  # step 0 and checkpoints' own records out
+    last = curves.iloc[-1]
+    assert last["agreement"] == pytest.approx(0.65)
+    assert last["predicted K=4 rate"] == pytest.approx(
+        (0.7 + 0.7 * 0.65 + 0.7 * 0.65 * 0.6 + 0.7 * 0.65 * 0.6 * 0.6) / 4)
+    assert last["first-64 agreement"] == pytest.approx(0.55)
+    m = acceptance.plateau_measured(_plateau_summary(), tmp_path).set_index("artifact")
+    assert m.loc["smollm2-eagle3", "step"] == 1000 and m.loc["smollm2-eagle3-c1", "step"] == 250
+    assert m.loc["smollm2-eagle3-c1", "held-out agreement"] == pytest.approx(0.45)
+    assert m.loc["smollm2-eagle3", "vLLM: mean"] == pytest.approx(0.25)
+    assert m.loc["smollm2-eagle3", "vLLM: mtbench"] == pytest.approx(0.30)
+    assert acceptance.plateau_measured(_plateau_summary().iloc[0:0], tmp_path).empty
+
+
+def test_plateau_sentences_say_why_a_run_stopped(tmp_path):
+    _plateau_records(tmp_path / "a")
+    curves = acceptance.plateau_curves(tmp_path / "a")
+    said = acceptance.plateau_sentence(curves)
+    assert "1000 steps, 100 s of training on an H100" in said and "stopped by time cap" in said
+    assert "(500 to 1000 steps) gained 10.0 points" in said
+    short = acceptance.plateau_short(acceptance.plateau_measured(_plateau_summary(), tmp_path / "a"),
+                                     curves)
+    assert short.startswith("eagle3 25% (20%–30%) after 100 s") and "not yet at its plateau" in short
+    _plateau_records(tmp_path / "b", stopped_by="plateau")
+    curves = acceptance.plateau_curves(tmp_path / "b")
+    short = acceptance.plateau_short(acceptance.plateau_measured(_plateau_summary(), tmp_path / "b"),
+                                     curves)
+    assert "stopped by plateau)" in short and "not yet" not in short
+    assert acceptance.plateau_sentence(acceptance.plateau_curves(tmp_path / "none")) == \
+        "no plateau training is recorded yet"
+
+
+def test_replay_sets_the_training_code_beside_vllm(tmp_path):
+    _plateau_records(tmp_path)
+    (tmp_path / "smollm2-eagle3" / "replay.json").write_text(json.dumps({
+        "artifact": "smollm2-eagle3", "method": "eagle3", "profile": "h100-plateau",
+        "workloads": {"mtbench": {"k4_rate": 0.31}, "humaneval": {"k4_rate": 0.19}},
+        "validation": {"sequences": 64, "whole": {"agreement": 0.74, "k4_rate": 0.5},
+                       "first 64 tokens": {"agreement": 0.62, "k4_rate": 0.35}}}))
+    said = acceptance.replay_sentence(_plateau_summary(), tmp_path)
+    assert "humaneval 19% predicted, 20% measured; mtbench 31% predicted, 30% measured" in said
+    assert "74% over whole sequences (a K = 4 rate of 50%) but 62% over their first 64" in said

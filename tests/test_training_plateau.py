@@ -262,6 +262,64 @@ def test_carried_data_is_checked_and_used(seqs, tmp_path):
         device.carried_data(carry, work)
 
 
+def test_kept_data_travels_compressed_and_comes_back_the_same(seqs, tmp_path):
+    """`specdec train keep-data`: the sequences a lease returned, checked and xz-compressed
+    where they are committed; `train carry` takes them only for the same prompts, and the
+    lease's data step decompresses and checks them (no generation)."""
+    from specdec.training import device
+
+    _, digest, path = seqs
+    back = tmp_path / "back"
+    back.mkdir()
+    (back / "sequences.npz").write_bytes(path.read_bytes())
+    rec = {"data_sha256": digest, "sequences": 9, "train": {"sha256": "prompts-hash"}}
+    (back / "sequences.npz.json").write_text(json.dumps(rec))
+    kept = tmp_path / "kept"
+    assert device.keep_data(back, kept) == digest
+    assert (kept / device.DATA_XZ).stat().st_size < path.stat().st_size
+    carry, work = tmp_path / "carry", tmp_path / "work"
+    carry.mkdir()
+    (carry / "split.json").write_text(json.dumps({"train": rec["train"]}))
+    for f in (device.DATA_XZ, "sequences.npz.json"):
+        (carry / f).write_bytes((kept / f).read_bytes())
+    got = device.carried_data(carry, work)
+    assert got == work / "data" / "sequences.npz" and data.load_sequences(got)[1] == digest
+    assert sorted(p.name for p in (work / "data").iterdir()) == ["sequences.npz", "sequences.npz.json"]
+    (back / "sequences.npz.json").write_text(json.dumps({**rec, "data_sha256": "0" * 64}))
+    with pytest.raises(SystemExit, match="not kept"):
+        device.keep_data(back, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+
+
+def test_agreement_as_vllm_counts_it():
+    """k_rate: a position is reached only if every earlier one was accepted; first_tokens keeps
+    the first n continuation tokens and the one they predict."""
+    assert train.k_rate([1.0]) == 1.0
+    assert train.k_rate([0.5], k=2) == pytest.approx((0.5 + 0.25) / 2)
+    assert train.k_rate([0.8, 0.5, 0.5, 0.5]) == pytest.approx((0.8 + 0.4 + 0.2 + 0.1) / 4)
+    assert train.k_rate([0.8, 0.5]) == train.k_rate([0.8, 0.5, 0.5, 0.5])  # the last repeats
+    seq = (np.arange(20), 5)
+    (cut, plen), = train.first_tokens([seq], n=4)
+    assert plen == 5 and list(cut) == list(range(10))
+
+
+def test_an_exported_head_evaluates_again_as_it_was_evaluated(plateau_run, target, seqs):
+    """train.load_kind on the exported EAGLE-3 artifact (bfloat16 weights, d2t / t2d) gives the
+    head the training evaluated: the same held-out agreement on the validation sequence, up to
+    the rounding to bfloat16; each evaluation also reports the first tokens' agreement."""
+    loaded, _, _ = seqs
+    root, man, _ = plateau_run
+    final = man["run"]["final_eval"]
+    assert all(set(e["first_tokens"]) == {"acc1", "acc2", "acc3"} for e in man["run"]["evals"])
+    kind = train.load_kind(root / NAME, target)
+    got = train.agreement_on(kind, loaded[-1:])
+    assert got["loss"] == pytest.approx(final["loss"], rel=0.05)
+    assert abs(got["agreement"] - final["agreement"]) <= 0.1
+    assert got["k4_rate"] == pytest.approx(train.k_rate([got["acc1"], got["acc2"], got["acc3"]]))
+    fresh = train.KINDS["eagle3"](_recipe(), target, loaded[:-1], torch.device("cpu"))
+    assert train.agreement_on(fresh, loaded[-1:])["loss"] > got["loss"] + 1  # untrained: worse
+
+
 def test_split_takes_every_human_turn_once_and_no_held_out_prompt(target):
     """The training prompts: distinct, none a held-out prompt (the first ShareGPT
     conversations), more than the first turns alone; the held-out set as recorded."""

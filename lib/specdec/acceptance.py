@@ -601,3 +601,167 @@ def model_free_sentence(rank: pd.DataFrame) -> str:
     return (f"the best model-free proposer, {f['method']}, accepts {verb} than the best trained "
             f"one, {t['method']} ({f['acceptance']:.0%} against {t['acceptance']:.0%}, mean over "
             f"the workloads)")
+
+
+# --------------------------------------------------------------------------- #
+# Training to a plateau (issue 21): learning curves, held-out beside vLLM
+# --------------------------------------------------------------------------- #
+#: Where the plateau trainings' records are (``data/plateau/<artifact>/``: manifest with every
+#: evaluation, recipe, log; ``replay.json`` where the weights were evaluated again here).
+PLATEAU_RECORDS = Path(__file__).resolve().parents[2] / "data" / "plateau"
+#: The profiles that measure the plateau artifacts through vLLM (one per GPU model lent).
+PLATEAU_PROFILES = ("h200-plateau", "h100-plateau")
+
+
+def _k_rate(accs: list[float], k: int = 4) -> float:
+    """:func:`specdec.training.train.k_rate` (that module needs torch; the book does not)."""
+    p = list(accs) + [accs[-1]] * max(0, k - len(accs))
+    run, tot = 1.0, 0.0
+    for i in range(k):
+        run *= p[i]
+        tot += run
+    return tot / k
+
+
+def plateau_curves(root: Path | None = None) -> pd.DataFrame:
+    """One row per held-out evaluation of every plateau training (whole-data runs and data-size
+    variants): artifact, method, step, training seconds, per-position agreement, their mean,
+    the K = 4 rate they predict if positions were accepted independently (``predicted K=4
+    rate``), the first-64-token agreement where recorded, why the run stopped, the device."""
+    import json
+
+    root = Path(root or PLATEAU_RECORDS)
+    rows = []
+    for f in sorted(root.glob("*/manifest.json")):
+        man = json.loads(f.read_text())
+        run = man.get("run", {})
+        if "checkpoint_of" in man or "evals" not in run:
+            continue
+        for ev in run["evals"]:
+            if not ev["step"]:
+                continue
+            accs = [ev[f"acc{s}"] for s in range(1, 5) if f"acc{s}" in ev]
+            first = ev.get("first_tokens") or {}
+            faccs = [first[f"acc{s}"] for s in range(1, 5) if f"acc{s}" in first]
+            rows.append({"artifact": f.parent.name, "method": man["method"], "step": ev["step"],
+                         "training (s)": ev["train_s"], "agreement": np.mean(accs),
+                         **{f"acc{s}": a for s, a in enumerate(accs, 1)},
+                         "predicted K=4 rate": _k_rate(accs),
+                         "first-64 agreement": np.mean(faccs) if faccs else np.nan,
+                         "checkpoint": ev.get("checkpoint"), "stopped by": run.get("stopped_by"),
+                         "device": run.get("device_name"), "data fraction": run.get("data_fraction")})
+    cols = ["artifact", "method", "step", "training (s)", "agreement", "predicted K=4 rate",
+            "first-64 agreement", "checkpoint", "stopped by", "device", "data fraction"]
+    return pd.DataFrame(rows, columns=list(dict.fromkeys(cols + [k for r in rows for k in r])))
+
+
+def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:
+    """The plateau artifacts measured through vLLM (:data:`PLATEAU_PROFILES`, T = 0), each with
+    the training step and seconds of its record: one row per artifact, vLLM's acceptance rate
+    per workload and their mean, beside the held-out agreement and the K = 4 rate it predicts."""
+    import json
+
+    root = Path(root or PLATEAU_RECORDS)
+    s = summary[summary["profile"].isin(PLATEAU_PROFILES) & (summary["temperature"] == 0)
+                & summary["acceptance_rate"].notna()]
+    if s.empty:
+        return pd.DataFrame()
+    curves = plateau_curves(root)
+    rows = []
+    for (profile, method, draft), g in s.groupby(["profile", "method", "draft"]):
+        man = json.loads((root / draft / "manifest.json").read_text()) \
+            if (root / draft / "manifest.json").is_file() else {}
+        parent = man.get("checkpoint_of", draft)
+        step = man.get("checkpoint_step", man.get("run", {}).get("steps"))
+        ev = curves[(curves["artifact"] == parent) & (curves["step"] == step)]
+        row = {"campaign": profile, "method": method, "artifact": draft, "step": step,
+               "training (s)": ev["training (s)"].iloc[0] if len(ev) else np.nan,
+               "held-out agreement": ev["agreement"].iloc[0] if len(ev) else np.nan,
+               "predicted K=4 rate": ev["predicted K=4 rate"].iloc[0] if len(ev) else np.nan}
+        for wl, r in g.groupby("workload"):
+            row[f"vLLM: {wl}"] = float(r["acceptance_rate"].mean())
+        row["vLLM: mean"] = float(g.groupby("workload")["acceptance_rate"].mean().mean())
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["campaign", "artifact", "step"])
+
+
+def replay_sentence(summary: pd.DataFrame, root: Path | None = None) -> str:
+    """What the training code computes on the very sequences vLLM generated (``replay.json``,
+    written by ``specdec train replay``) beside what vLLM counted on them, and on the held-out
+    sequences whole and cut to their first 64 tokens: where held-out agreement and vLLM's
+    acceptance part."""
+    import json
+
+    root = Path(root or PLATEAU_RECORDS)
+    parts = []
+    for f in sorted(root.glob("*/replay.json")):
+        rep = json.loads(f.read_text())
+        s = summary[(summary["profile"] == rep["profile"]) & (summary["method"] == rep["method"])
+                    & (summary["temperature"] == 0)]
+        pairs = []
+        for wl, w in sorted(rep["workloads"].items()):
+            got = s.loc[s["workload"] == wl, "acceptance_rate"]
+            if len(got):
+                pairs.append(f"{wl} {w['k4_rate']:.0%} predicted, {float(got.mean()):.0%} measured")
+        val = rep["validation"]
+        first = next(v for k, v in val.items() if k.startswith("first"))
+        parts.append(
+            f"{rep['artifact']} ({rep['method']} in {rep['profile']}): the training code's "
+            f"agreement on the sequences vLLM generated, turned into a K = 4 rate, gives "
+            f"{'; '.join(pairs)}; on {val['sequences']} held-out sequences it agrees "
+            f"{val['whole']['agreement']:.0%} over whole sequences (a K = 4 rate of "
+            f"{val['whole']['k4_rate']:.0%}) but {first['agreement']:.0%} over their first 64 "
+            f"tokens ({first['k4_rate']:.0%})")
+    return "; ".join(parts) or "no artifact was evaluated again here yet"
+
+
+def plateau_sentence(curves: pd.DataFrame) -> str:
+    """Per whole-data run: its steps, training seconds and device, why it stopped, and what its
+    last doubling of steps gained in held-out agreement (the plateau rule's test)."""
+    parts = []
+    for name, g in curves[curves["data fraction"] == 1].groupby("artifact", sort=False):
+        g = g.sort_values("step")
+        last = g.iloc[-1]
+        sched = g[g["checkpoint"].notna()]
+        gain = ""
+        if len(sched) >= 2:
+            a, b = sched.iloc[-2], sched.iloc[-1]
+            gain = (f"; its last doubling ({int(a['step'])} to {int(b['step'])} steps) gained "
+                    f"{100 * (b['agreement'] - a['agreement']):.1f} points")
+        parts.append(f"{name}: {int(last['step'])} steps, {last['training (s)']:.0f} s of training "
+                     f"on an {str(last['device']).replace('NVIDIA ', '')}, held-out agreement "
+                     f"{last['agreement']:.0%}, stopped by "
+                     f"{str(last['stopped by']).replace('_', ' ')}{gain}")
+    return "; ".join(parts) or "no plateau training is recorded yet"
+
+
+def plateau_short(measured: pd.DataFrame, curves: pd.DataFrame) -> str:
+    """The plateau runs' last artifacts as vLLM measured them (mean over workloads, their
+    range), with the training that bought it and why it stopped: the chapter's short answer."""
+    if measured.empty or curves.empty:
+        return "none measured through vLLM yet"
+    last = curves.sort_values("step").groupby("artifact").tail(1).set_index("artifact")
+    wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
+    parts = []
+    for _, r in measured[measured["artifact"].isin(last.index)].iterrows():
+        c = last.loc[r["artifact"]]
+        stop = str(c["stopped by"]).replace("_", " ")
+        parts.append(f"{r['method']} {r['vLLM: mean']:.0%} ({r[wl].min():.0%}–{r[wl].max():.0%}) "
+                     f"after {c['training (s)']:.0f} s of training ({int(c['step'])} steps on an "
+                     f"{str(c['device']).replace('NVIDIA ', '')}, stopped by {stop}"
+                     f"{'' if stop == 'plateau' else ', not yet at its plateau'})")
+    return "; ".join(parts) or "none measured through vLLM yet"
+
+
+def workload_tokens(profile: str = "h200-plateau") -> int:
+    """Tokens each request of the plateau profiles generates (their ``sampling.max_tokens``)."""
+    from . import profiles
+
+    return int(profiles.load_profile(profile).sampling.max_tokens)
+
+
+def continuation_tokens() -> int:
+    """The longest continuation in the training data (``recipes.DATA['max_tokens']``)."""
+    from .training.recipes import DATA
+
+    return int(DATA["max_tokens"])

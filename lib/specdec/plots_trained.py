@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .plots import _figure, _no_data, caption, method_palette
+from .plots import _figure, _no_data, caption, figure, method_palette
 
 
 def acceptance_by_method(df: pd.DataFrame, k: int,
@@ -121,4 +121,49 @@ def training_curves(logs: pd.DataFrame,
                 markersize=7, markeredgecolor="0.2", label=f"{name} (held out)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="x-small")
     fig.set_size_inches(9.5, 4.6)
+    return fig
+
+
+def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
+                    title: str = "Learning curves of the plateau trainings") -> Figure:
+    """Left: held-out agreement (mean over draft positions) against training seconds, one line
+    per whole-data run (:func:`specdec.acceptance.plateau_curves`). Right: the K = 4 acceptance
+    rate that agreement predicts (line, open markers) beside vLLM's, measured on the checkpoints
+    (filled markers: mean over the workloads, bars: their range;
+    :func:`specdec.acceptance.plateau_measured`)."""
+    fig, (left, right) = figure(title, size=(11, 4.4), ncols=2)
+    left.set_xlabel("training seconds (log scale)")
+    left.set_ylabel("held-out agreement (mean over positions)")
+    right.set_xlabel("training seconds (log scale)")
+    right.set_ylabel("acceptance rate at K = 4")
+    whole = curves[curves["data fraction"] == 1] if not curves.empty else curves
+    if whole.empty:
+        _no_data(left)
+        _no_data(right)
+        return fig
+    palette = method_palette(sorted(whole["method"].unique()))
+    for name, g in whole.groupby("artifact"):
+        g = g.sort_values("step")
+        colour = palette[g["method"].iloc[0]]
+        left.plot(g["training (s)"], g["agreement"], marker="o", color=colour, label=name)
+        right.plot(g["training (s)"], g["predicted K=4 rate"], marker="o", markerfacecolor="white",
+                   color=colour, linestyle="--", label=f"{name}: predicted from held-out")
+        m = measured[measured["artifact"].str.startswith(name + "-c")
+                     | (measured["artifact"] == name)] if not measured.empty else measured
+        if not m.empty:
+            wl = [c for c in m.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
+            lo, hi = m[wl].min(axis=1), m[wl].max(axis=1)
+            right.errorbar(m["training (s)"], m["vLLM: mean"],
+                           yerr=[m["vLLM: mean"] - lo, hi - m["vLLM: mean"]], marker="D",
+                           color=colour, linestyle="none", capsize=3,
+                           label=f"{name}: vLLM, measured")
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(0, 1)
+    right.legend(loc="upper left", fontsize="x-small")
+    left.legend(loc="upper left", fontsize="x-small")
     return fig

@@ -102,7 +102,9 @@ class Batches:
             ids[j, : len(s)] = torch.as_tensor(s.astype(np.int64))
             mask[j, : len(s)] = 1
             plen[j], nlen[j] = min(p, len(s)), len(s)
-        return {k: v.to(self.dev) for k, v in
+        # pinned and asynchronous on a GPU: a copy from pageable memory waits for the GPU
+        pin = self.dev.type == "cuda"
+        return {k: (v.pin_memory() if pin else v).to(self.dev, non_blocking=pin) for k, v in
                 {"ids": ids, "mask": mask, "plen": plen, "nlen": nlen}.items()}
 
     def __next__(self):
@@ -145,7 +147,9 @@ def _probs(target_logits):
 
 
 def _agree(pred, target_ids, m):
-    return float(((pred == target_ids) & m).sum() / m.sum().clamp(min=1))
+    """The share of positions ``m`` where ``pred`` is the target's token: a 0-dim tensor, read
+    (``float``) only where it is logged, so that a training step never waits for the GPU."""
+    return ((pred == target_ids) & m).sum() / m.sum().clamp(min=1)
 
 
 def draft_vocab(seqs, size: int, vocab: int) -> torch.Tensor:
@@ -287,7 +291,7 @@ def evaluate(kind: _Kind, batches: list[dict]) -> dict:
             loss, met = kind.loss(b)
         tot += float(loss)
         for k, v in met.items():
-            mets[k] = mets.get(k, 0.0) + v
+            mets[k] = mets.get(k, 0.0) + float(v)
         n += 1
     kind.module.train()
     return {"loss": tot / max(n, 1), **{k: v / max(n, 1) for k, v in mets.items()}}
@@ -462,7 +466,8 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
         step += 1
         if step % recipe["log_every"] == 0 or step == 1:
             emit({"event": "train", "step": step, "elapsed_s": round(time.perf_counter() - t0, 2),
-                  "loss": float(loss.detach()), "lr": lr, "grad_norm": float(gn), **met})
+                  "loss": float(loss.detach()), "lr": lr, "grad_norm": float(gn),
+                  **{k: float(v) for k, v in met.items()}})
         if step == next_eval:
             evaluation(step, True)
             next_eval *= 2
