@@ -42,6 +42,8 @@
 #   scripts/lease.sh train bg STEP [ARGS...]      a train step longer than a call (data of 20480
 #                                                 prompts, fit to a plateau) in the background,
 #                                                 from a copy of the tree; follow it with `wait`
+#   scripts/lease.sh train bench [--only A]...    where each artifact's training step goes (after
+#                                                 `train data`; ~20 s each): bench.json to $OUT
 #   scripts/lease.sh train pack [--only A]...     the trained artifacts' weights in 15 MB parts,
 #                                                 first 4 parts + index to $OUT
 #   scripts/lease.sh train out N                  parts 4N..4N+3 (+ index) to $OUT
@@ -287,6 +289,8 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
           done ;;
     fit)  python3 -m specdec.training.device fit --work /tmp/train --out "$OUT" --seconds "${1:-420}" \
             "${@:2}" 2>&1 | tee -a /tmp/train.log; rc=${PIPESTATUS[0]} ;;
+    bench) python3 -m specdec.training.device bench --work /tmp/train --out "$OUT" "$@" 2>&1 \
+            | tee -a /tmp/train.log; rc=${PIPESTATUS[0]} ;;
     pack) python3 -m specdec.training.device pack --work /tmp/train --out "$OUT" "$@" 2>&1 \
             | tee -a /tmp/train.log; rc=${PIPESTATUS[0]} ;;
     out)  python3 -m specdec.training.device out "${1:?N}" --work /tmp/train --out "$OUT"; rc=$? ;;

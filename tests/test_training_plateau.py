@@ -320,6 +320,16 @@ def test_an_exported_head_evaluates_again_as_it_was_evaluated(plateau_run, targe
     assert train.agreement_on(fresh, loaded[-1:])["loss"] > got["loss"] + 1  # untrained: worse
 
 
+def test_bench_times_each_phase_of_a_step(target, seqs):
+    """train.bench: the phases of a real step, each timed, and a whole step without the
+    synchronisations; the recipe's batch is what it times."""
+    loaded, _, _ = seqs
+    r = train.bench(NAME, _recipe(), target, loaded, steps=2, warmup=1)
+    assert set(r) >= {"features", "loss", "backward", "optimizer", "step_s"}
+    assert all(r[k] > 0 for k in ("features", "backward", "optimizer", "step_s"))
+    assert (r["name"], r["batch_size"], r["max_len"], r["device"]) == (NAME, 2, 24, "cpu")
+
+
 def test_split_takes_every_human_turn_once_and_no_held_out_prompt(target):
     """The training prompts: distinct, none a held-out prompt (the first ShareGPT
     conversations), more than the first turns alone; the held-out set as recorded."""

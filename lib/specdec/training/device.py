@@ -39,7 +39,7 @@ from pathlib import Path
 
 from .. import paths
 from . import artifacts, data
-from .recipes import DATA, RECIPES
+from .recipes import ALL, DATA, RECIPES
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: The packaged text sources cut to what h200-trained reads (workloads.export_sources).
@@ -299,6 +299,27 @@ def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None,
     return res
 
 
+def step_bench(work: Path, out: Path, names=None, steps: int = 20) -> list[dict]:
+    """Where each named artifact's training step goes (:func:`.train.bench`) on the carried
+    data, to ``out/bench.json``: seconds to decide what to speed up, a minute of the lease."""
+    from . import train
+
+    seqs, _ = data.load_sequences(work / "data" / "sequences.npz")
+    target = train.Target(str(work / "target"), train.device())
+    res = []
+    for name in names or list(RECIPES):
+        r = train.bench(name, ALL[name], target, seqs, steps=steps)
+        print(f"[bench] {name}: step {r['step_s']:.3f} s; synchronised phases: features "
+              f"{r['features']:.3f}, loss {r['loss']:.3f}, backward {r['backward']:.3f}, "
+              f"optimizer {r['optimizer']:.3f} s", flush=True)
+        res.append(r)
+        if target.model.device.type == "cuda":
+            train.torch.cuda.empty_cache()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(res, indent=2))
+    return res
+
+
 def step_pack(work: Path, out: Path, names=None) -> dict:
     """Pack the named artifacts of ``work/artifacts`` (default: all of them) with ``fit.json``
     for the trip back (``artifacts.pack``: target tensors left out, 15 MB parts); the first
@@ -357,7 +378,7 @@ def step_install(carry: Path, work: Path, parts: Path | None = None) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec.training.device")
-    ap.add_argument("step", choices=["target", "data", "fit", "pack", "out", "install"])
+    ap.add_argument("step", choices=["target", "data", "fit", "bench", "pack", "out", "install"])
     ap.add_argument("n", nargs="?", type=int, default=0, help="for out: which batch of parts")
     ap.add_argument("--carry", type=Path, default=Path("/tmp/t"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/train"))
@@ -381,6 +402,8 @@ def main(argv=None) -> int:
         data_out(a.work, a.out)
     elif a.step == "fit":
         step_fit(a.work, a.out, a.seconds, a.only, a.max_steps, a.as_recorded)
+    elif a.step == "bench":
+        step_bench(a.work, a.out, a.only, a.max_steps or 20)
     elif a.step == "pack":
         step_pack(a.work, a.out, a.only)
     elif a.step == "out":

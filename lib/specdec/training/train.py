@@ -488,6 +488,66 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     return export.export(name, recipe, kind, target, out_dir, data_sha256, run)
 
 
+def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup: int = 5) -> dict:
+    """Where a training step's time goes, on this machine: ``steps`` steps of ``recipe`` after
+    ``warmup``, each phase timed with the device synchronised around it (the target's features,
+    the kind's loss without them, the backward pass, the optimiser step). Medians in seconds,
+    and a whole step timed without the synchronisations (what a training step costs)."""
+    dev = target.model.device
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    train_seqs, _ = split(seqs, recipe)
+    kind = KINDS[recipe["kind"]](recipe, target, train_seqs, dev)
+    params = [p for p in kind.module.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=recipe["lr"], betas=tuple(recipe["betas"]))
+    it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev)
+    aux = recipe.get("aux_layers", ())
+    phases: dict[str, list[float]] = {"features": [], "loss": [], "backward": [], "optimizer": []}
+
+    def step(timed: bool):
+        b = next(it)
+        t = [time.perf_counter()]
+        if timed:
+            sync()
+            t = [time.perf_counter()]
+            target.features(b["ids"], b["mask"], aux)
+            sync()
+            t.append(time.perf_counter())
+        with _autocast(dev):
+            loss, _ = kind.loss(b)
+        if timed:
+            sync()
+            t.append(time.perf_counter())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if timed:
+            sync()
+            t.append(time.perf_counter())
+        torch.nn.utils.clip_grad_norm_(params, recipe["grad_clip"])
+        opt.step()
+        if timed:
+            sync()
+            t.append(time.perf_counter())
+            phases["features"].append(t[1] - t[0])
+            phases["loss"].append(t[2] - t[1] - (t[1] - t[0]))  # the loss computes them again
+            phases["backward"].append(t[3] - t[2])
+            phases["optimizer"].append(t[4] - t[3])
+
+    for _ in range(warmup):
+        step(False)
+    for _ in range(steps):
+        step(True)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step(False)
+    sync()
+    out = {k: float(np.median(v)) for k, v in phases.items()}
+    out["step_s"] = (time.perf_counter() - t0) / steps
+    out.update(name=name, steps=steps, batch_size=recipe["batch_size"], max_len=recipe["max_len"],
+               device=torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu")
+    return out
+
+
 def load_kind(artifact: Path, target: Target, dev=torch.device("cpu")) -> _Kind:
     """An exported EAGLE-3 or EAGLE artifact (the files :func:`.export.build` writes) as the
     kind that trained it, to evaluate it again (:func:`agreement_on`)."""
