@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from . import adaptive, protocol, surface, theory
+from .training.recipes import k_rate
 
 #: The two machines that measured the recorded artifacts (data/trained/).
 PROFILES = ("cpu-trained", "h200-trained")
@@ -613,16 +614,6 @@ PLATEAU_RECORDS = Path(__file__).resolve().parents[2] / "data" / "plateau"
 PLATEAU_PROFILES = ("h200-plateau", "h100-plateau")
 
 
-def _k_rate(accs: list[float], k: int = 4) -> float:
-    """:func:`specdec.training.train.k_rate` (that module needs torch; the book does not)."""
-    p = list(accs) + [accs[-1]] * max(0, k - len(accs))
-    run, tot = 1.0, 0.0
-    for i in range(k):
-        run *= p[i]
-        tot += run
-    return tot / k
-
-
 def plateau_curves(root: Path | None = None) -> pd.DataFrame:
     """One row per held-out evaluation of every plateau training (whole-data runs and data-size
     variants): artifact, method, step, training seconds, per-position agreement, their mean,
@@ -646,7 +637,7 @@ def plateau_curves(root: Path | None = None) -> pd.DataFrame:
             rows.append({"artifact": f.parent.name, "method": man["method"], "step": ev["step"],
                          "training (s)": ev["train_s"], "agreement": np.mean(accs),
                          **{f"acc{s}": a for s, a in enumerate(accs, 1)},
-                         "predicted K=4 rate": _k_rate(accs),
+                         "predicted K=4 rate": k_rate(accs),
                          "first-64 agreement": np.mean(faccs) if faccs else np.nan,
                          "checkpoint": ev.get("checkpoint"), "stopped by": run.get("stopped_by"),
                          "device": run.get("device_name"), "data fraction": run.get("data_fraction")})

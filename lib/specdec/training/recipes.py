@@ -125,3 +125,16 @@ def as_recorded(records: Path) -> dict[str, dict]:
     if not out:
         raise FileNotFoundError(f"{records}: no recorded artifact ({', '.join(RECIPES)}, ...)")
     return out
+
+
+def k_rate(accs: list[float], k: int = 4) -> float:
+    """The acceptance rate (accepted / drafted tokens, as vLLM counts it) at K = ``k`` if each
+    draft position were accepted with its agreement given the earlier ones (``accs``: acc1,
+    acc2, ...; the last repeats for positions beyond): sum over i of acc1 * ... * acc_i, over
+    ``k``. A prediction from agreement, not a measurement."""
+    p = list(accs) + [accs[-1]] * max(0, k - len(accs))
+    run, tot = 1.0, 0.0
+    for i in range(k):
+        run *= p[i]
+        tot += run
+    return tot / k

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from . import artifacts
 from . import data as data_mod
 from . import heads as H
+from .recipes import k_rate  # noqa: F401 - train.k_rate, beside agreement
 
 
 def device() -> torch.device:
@@ -327,19 +328,6 @@ def first_tokens(seqs, n: int = WORKLOAD_TOKENS) -> list:
     """Each (tokens, prompt length) cut after its first ``n`` continuation tokens and the one
     they predict (causal attention: the positions kept see what they saw before)."""
     return [(s[: p + n + 1], p) for s, p in seqs]
-
-
-def k_rate(accs: list[float], k: int = 4) -> float:
-    """The acceptance rate (accepted / drafted tokens, as vLLM counts it) at K = ``k`` if each
-    draft position were accepted with its agreement given the earlier ones (``accs``: acc1,
-    acc2, ...; the last repeats for positions beyond): sum over i of acc1 * ... * acc_i, over
-    ``k``. A prediction from agreement, not a measurement."""
-    p = list(accs) + [accs[-1]] * max(0, k - len(accs))
-    run, tot = 1.0, 0.0
-    for i in range(k):
-        run *= p[i]
-        tot += run
-    return tot / k
 
 
 def agreement(ev: dict) -> float:
