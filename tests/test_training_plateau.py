@@ -330,6 +330,22 @@ def test_bench_times_each_phase_of_a_step(target, seqs):
     assert (r["name"], r["batch_size"], r["max_len"], r["device"]) == (NAME, 2, 24, "cpu")
 
 
+def test_the_bench_step_of_a_lease_writes_bench_json(target, seqs, tmp_path, monkeypatch):
+    """`lease.sh train bench`: the device step on the work folder `train data` leaves."""
+    from specdec.training import device
+
+    _, _, path = seqs
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    (work / "target").symlink_to(target.path)
+    (work / "data" / "sequences.npz").write_bytes(path.read_bytes())
+    monkeypatch.setitem(device.ALL, NAME, _recipe())
+    device.main(["bench", "--work", str(work), "--out", str(tmp_path / "out"), "--only", NAME,
+                 "--max-steps", "1"])
+    got = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert [r["name"] for r in got] == [NAME] and got[0]["steps"] == 1 and got[0]["step_s"] > 0
+
+
 def test_split_takes_every_human_turn_once_and_no_held_out_prompt(target):
     """The training prompts: distinct, none a held-out prompt (the first ShareGPT
     conversations), more than the first turns alone; the held-out set as recorded."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import adaptive, protocol, surface, theory
+from . import adaptive, paths, protocol, surface, theory
 from .training.recipes import k_rate
 
 #: The two machines that measured the recorded artifacts (data/trained/).
@@ -609,7 +609,7 @@ def model_free_sentence(rank: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------- #
 #: Where the plateau trainings' records are (``data/plateau/<artifact>/``: manifest with every
 #: evaluation, recipe, log; ``replay.json`` where the weights were evaluated again here).
-PLATEAU_RECORDS = Path(__file__).resolve().parents[2] / "data" / "plateau"
+PLATEAU_RECORDS = paths.DATA_DIR / "plateau"
 #: The profiles that measure the plateau artifacts through vLLM (one per GPU model lent).
 PLATEAU_PROFILES = ("h200-plateau", "h100-plateau")
 

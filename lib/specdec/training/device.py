@@ -50,7 +50,7 @@ PARTS_PER_CALL = 4
 #: Where the data a lease generated is kept, committed (``specdec train keep-data``): the
 #: sequences xz-compressed (12.6 MB of uint16 tokens, 2.3 MB compressed) and their record,
 #: carried to later leases in ``.train-carry`` instead of generated again (265 s on an H100).
-DATA_RECORD = paths.ROOT / "data" / "plateau" / "_data"
+DATA_RECORD = paths.DATA_DIR / "plateau" / "_data"
 DATA_XZ = "sequences.npz.xz"
 
 
