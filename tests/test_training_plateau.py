@@ -291,6 +291,15 @@ def test_kept_data_travels_compressed_and_comes_back_the_same(seqs, tmp_path):
     assert not (tmp_path / "refused").exists()
 
 
+def test_first_tokens_are_what_a_plateau_request_generates():
+    """recipes.WORKLOAD_TOKENS, the evaluation's first tokens, is every plateau profile's
+    max_tokens: the prediction from held-out agreement covers the positions vLLM measures."""
+    from specdec.training.recipes import WORKLOAD_TOKENS
+
+    for name in ("h200-plateau", "h100-plateau"):
+        assert profiles.load_profile(name).sampling.max_tokens == WORKLOAD_TOKENS
+
+
 def test_agreement_as_vllm_counts_it():
     """k_rate: a position is reached only if every earlier one was accepted; first_tokens keeps
     the first n continuation tokens and the one they predict."""

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import adaptive, paths, protocol, surface, theory
-from .training.recipes import k_rate
+from . import adaptive, protocol, surface, theory
+from .training.data import PLATEAU
+from .training.recipes import agreement, k_rate
 
 #: The two machines that measured the recorded artifacts (data/trained/).
 PROFILES = ("cpu-trained", "h200-trained")
@@ -609,7 +610,7 @@ def model_free_sentence(rank: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------- #
 #: Where the plateau trainings' records are (``data/plateau/<artifact>/``: manifest with every
 #: evaluation, recipe, log; ``replay.json`` where the weights were evaluated again here).
-PLATEAU_RECORDS = paths.DATA_DIR / "plateau"
+PLATEAU_RECORDS = PLATEAU
 #: The profiles that measure the plateau artifacts through vLLM (one per GPU model lent).
 PLATEAU_PROFILES = ("h200-plateau", "h100-plateau")
 
@@ -632,18 +633,16 @@ def plateau_curves(root: Path | None = None) -> pd.DataFrame:
             if not ev["step"]:
                 continue
             accs = [ev[f"acc{s}"] for s in range(1, 5) if f"acc{s}" in ev]
-            first = ev.get("first_tokens") or {}
-            faccs = [first[f"acc{s}"] for s in range(1, 5) if f"acc{s}" in first]
+            first = ev.get("first_tokens")
             rows.append({"artifact": f.parent.name, "method": man["method"], "step": ev["step"],
-                         "training (s)": ev["train_s"], "agreement": np.mean(accs),
-                         **{f"acc{s}": a for s, a in enumerate(accs, 1)},
+                         "training (s)": ev["train_s"], "agreement": agreement(ev),
                          "predicted K=4 rate": k_rate(accs),
-                         "first-64 agreement": np.mean(faccs) if faccs else np.nan,
+                         "first-64 agreement": agreement(first) if first else np.nan,
                          "checkpoint": ev.get("checkpoint"), "stopped by": run.get("stopped_by"),
                          "device": run.get("device_name"), "data fraction": run.get("data_fraction")})
-    cols = ["artifact", "method", "step", "training (s)", "agreement", "predicted K=4 rate",
-            "first-64 agreement", "checkpoint", "stopped by", "device", "data fraction"]
-    return pd.DataFrame(rows, columns=list(dict.fromkeys(cols + [k for r in rows for k in r])))
+    return pd.DataFrame(rows, columns=["artifact", "method", "step", "training (s)", "agreement",
+                                       "predicted K=4 rate", "first-64 agreement", "checkpoint",
+                                       "stopped by", "device", "data fraction"])
 
 
 def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:
@@ -665,7 +664,7 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
         parent = man.get("checkpoint_of", draft)
         step = man.get("checkpoint_step", man.get("run", {}).get("steps"))
         ev = curves[(curves["artifact"] == parent) & (curves["step"] == step)]
-        row = {"campaign": profile, "method": method, "artifact": draft, "step": step,
+        row = {"campaign": profile, "method": method, "artifact": draft, "run": parent, "step": step,
                "training (s)": ev["training (s)"].iloc[0] if len(ev) else np.nan,
                "held-out agreement": ev["agreement"].iloc[0] if len(ev) else np.nan,
                "predicted K=4 rate": ev["predicted K=4 rate"].iloc[0] if len(ev) else np.nan}
@@ -743,16 +742,3 @@ def plateau_short(measured: pd.DataFrame, curves: pd.DataFrame) -> str:
                      f"{'' if stop == 'plateau' else ', not yet at its plateau'})")
     return "; ".join(parts) or "none measured through vLLM yet"
 
-
-def workload_tokens(profile: str = "h200-plateau") -> int:
-    """Tokens each request of the plateau profiles generates (their ``sampling.max_tokens``)."""
-    from . import profiles
-
-    return int(profiles.load_profile(profile).sampling.max_tokens)
-
-
-def continuation_tokens() -> int:
-    """The longest continuation in the training data (``recipes.DATA['max_tokens']``)."""
-    from .training.recipes import DATA
-
-    return int(DATA["max_tokens"])

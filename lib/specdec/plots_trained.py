@@ -148,8 +148,7 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
         left.plot(g["training (s)"], g["agreement"], marker="o", color=colour, label=name)
         right.plot(g["training (s)"], g["predicted K=4 rate"], marker="o", markerfacecolor="white",
                    color=colour, linestyle="--", label=f"{name}: predicted from held-out")
-        m = measured[measured["artifact"].str.startswith(name + "-c")
-                     | (measured["artifact"] == name)] if not measured.empty else measured
+        m = measured[measured["run"] == name] if not measured.empty else measured
         if not m.empty:
             wl = [c for c in m.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
             lo, hi = m[wl].min(axis=1), m[wl].max(axis=1)

@@ -57,61 +57,13 @@ def _cmd_keep_data(a) -> int:
 
 
 def _cmd_replay(a) -> int:
-    """The training code's agreement, on CPU, on the very sequences vLLM generated in the
-    profile's cells of a method (prompt + output tokens, as stored), and on held-out
-    sequences of the kept data (whole and their first tokens): what the training measures
-    beside what vLLM measured, for one trained artifact (data/plateau/<artifact>/replay.json)."""
-    import lzma
-    import tempfile
+    from . import train
 
-    import numpy as np
-    import torch
+    out = train.replay(a.profile, a.method, a.artifacts, _target_dir(), a.val)
+    from .data import PLATEAU
 
-    from .. import profiles, provenance, store, workloads
-    from . import data, device, train
-
-    prof = profiles.load_profile(a.profile)
-    draft = prof.model(prof.method(a.method).draft)
-    name = draft.source.artifact
-    art = a.artifacts / name
-    if not (art / "model.safetensors").is_file():
-        raise SystemExit(f"{art}: no weights (install them: specdec train unpack PARTS "
-                         f"--artifacts {a.artifacts})")
-    toks = store.load_tokens(a.profile)
-    toks = toks[(toks["method"] == a.method) & (toks["temperature"].astype(float) == 0.0)]
-    if toks.empty:
-        raise SystemExit(f"{a.profile}: no stored outputs of {a.method} at T = 0")
-    tpath = _target_dir()
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
-    target = train.Target(str(tpath), torch.device("cpu"))
-    kind = train.load_kind(art, target)
-    out = {"artifact": name, "method": a.method, "profile": a.profile,
-           "weights_sha256": json.loads((art / "manifest.json").read_text())["files"]["model.safetensors"],
-           "computed": "the training code's evaluation (specdec.training.train.evaluate), CPU, "
-                       "target in float32, head in float32",
-           "torch": torch.__version__, "git_commit": provenance.git_commit(),
-           "git_dirty": provenance.git_dirty(), "timestamp_utc": provenance.now_utc(),
-           "workloads": {}}
-    for wl, rows in toks.groupby("workload"):
-        prompts = {p.prompt_id: p for p in workloads.load_prompts(prof.workload(wl), prof,
-                                                                   tokenizer=str(tpath))}
-        seqs = [(np.array(list(prompts[r.prompt_id].token_ids) + [int(x) for x in r.output_token_ids]),
-                 len(prompts[r.prompt_id].token_ids))
-                for r in rows.drop_duplicates("prompt_id").itertuples()]
-        ev = train.agreement_on(kind, seqs)
-        out["workloads"][wl] = {"requests": len(seqs), **{k: round(v, 4) for k, v in ev.items()}}
-        print(f"{wl}: {out['workloads'][wl]}", flush=True)
-    with tempfile.TemporaryDirectory() as d:
-        npz = Path(d) / "sequences.npz"
-        npz.write_bytes(lzma.decompress((device.DATA_RECORD / device.DATA_XZ).read_bytes()))
-        seqs, digest = data.load_sequences(npz)
-    val = seqs[-kind.r["val_sequences"]:][: a.val]
-    out["validation"] = {"sequences": len(val), "data_sha256": digest}
-    for part, ss in (("whole", val), (f"first {train.WORKLOAD_TOKENS} tokens", train.first_tokens(val))):
-        ev = train.agreement_on(kind, ss)
-        out["validation"][part] = {k: round(v, 4) for k, v in ev.items()}
-        print(f"validation, {part}: {out['validation'][part]}", flush=True)
-    dest = a.records / name / "replay.json"
+    dest = (a.records or PLATEAU) / out["artifact"] / "replay.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
     print(f"written: {dest}")
     return 0
@@ -242,7 +194,7 @@ def register(subparsers) -> None:
     r.add_argument("--method", required=True, help="a method of the profile, e.g. eagle3")
     r.add_argument("--artifacts", type=Path, required=True,
                    help="where the artifact's weights are installed (specdec train unpack --artifacts)")
-    r.add_argument("--records", type=Path, default=paths.ROOT / "data" / "plateau")
+    r.add_argument("--records", type=Path, default=None, help="default: data/plateau")
     r.add_argument("--val", type=int, default=64, help="held-out sequences to evaluate")
     r.set_defaults(func=_cmd_replay)
     s = sub.add_parser("status", help="which artifacts are trained and installed")

@@ -37,21 +37,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import paths
 from . import artifacts, data
+from .data import DATA_RECORD, DATA_XZ
 from .recipes import ALL, DATA, RECIPES
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: The packaged text sources cut to what h200-trained reads (workloads.export_sources).
 WORKLOADS = "workloads.tgz"
 PARTS_PER_CALL = 4
-
-
-#: Where the data a lease generated is kept, committed (``specdec train keep-data``): the
-#: sequences xz-compressed (12.6 MB of uint16 tokens, 2.3 MB compressed) and their record,
-#: carried to later leases in ``.train-carry`` instead of generated again (265 s on an H100).
-DATA_RECORD = paths.DATA_DIR / "plateau" / "_data"
-DATA_XZ = "sequences.npz.xz"
 
 
 def _sha(p: Path) -> str:
@@ -193,12 +186,9 @@ def carried_data(carry: Path, work: Path) -> Path | None:
     the carried ones (the split's sha256). None: none carried."""
     import lzma
 
-    npz, meta = carry / "sequences.npz", carry / "sequences.npz.json"
-    if not npz.is_file() and (carry / DATA_XZ).is_file():
-        npz = work / "data" / "carried.npz"
-        npz.parent.mkdir(parents=True, exist_ok=True)
-        npz.write_bytes(lzma.decompress((carry / DATA_XZ).read_bytes()))
-    if not npz.is_file():
+    meta = carry / "sequences.npz.json"
+    npz = next((f for f in (carry / "sequences.npz", carry / DATA_XZ) if f.is_file()), None)
+    if npz is None:
         return None
     rec = json.loads(meta.read_text())
     _, digest = data.load_sequences(npz)
@@ -208,8 +198,8 @@ def carried_data(carry: Path, work: Path) -> Path | None:
                          "prompts (data_sha256 / split sha256)")
     out = work / "data" / "sequences.npz"
     out.parent.mkdir(parents=True, exist_ok=True)
-    if npz.parent == out.parent:  # decompressed there from the carried xz
-        npz.replace(out)
+    if npz.suffix == ".xz":
+        out.write_bytes(lzma.decompress(npz.read_bytes()))
     else:
         shutil.copy2(npz, out)
     shutil.copy2(meta, str(out) + ".json")
@@ -314,7 +304,7 @@ def step_bench(work: Path, out: Path, names=None, steps: int = 20) -> list[dict]
               f"optimizer {r['optimizer']:.3f} s", flush=True)
         res.append(r)
         if target.model.device.type == "cuda":
-            train.torch.cuda.empty_cache()
+            train.torch.cuda.empty_cache()  # the next artifact's batch starts from a clean cache
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(res, indent=2))
     return res

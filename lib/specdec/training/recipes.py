@@ -138,3 +138,20 @@ def k_rate(accs: list[float], k: int = 4) -> float:
         run *= p[i]
         tot += run
     return tot / k
+
+
+#: The tokens each request of the plateau profiles generates (their ``sampling.max_tokens``,
+#: which tests/test_training_plateau.py holds to this): held-out agreement is also reported
+#: over each sequence's first this many continuation tokens, the positions vLLM's acceptance
+#: is measured on. The target's greedy continuations loop more the longer they run (on lease
+#: 24's data, EAGLE-3 agreed 0.64 on the first 64 tokens and 0.86 after 128), so the whole
+#: sequence's agreement over-states what a 64-token request sees.
+WORKLOAD_TOKENS = 64
+
+
+def agreement(ev: dict) -> float:
+    """Held-out agreement of one evaluation: the mean of ``acc1`` … ``acc4`` that the kind
+    reports (the positions of a K=4 proposal; a draft LM reports ``acc1``, its agreement at
+    every position, EAGLE's chains three)."""
+    accs = [ev[f"acc{s}"] for s in range(1, 5) if f"acc{s}" in ev]
+    return sum(accs) / len(accs)

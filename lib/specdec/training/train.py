@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from . import artifacts
 from . import data as data_mod
 from . import heads as H
-from .recipes import k_rate  # noqa: F401 - train.k_rate, beside agreement
+from .recipes import WORKLOAD_TOKENS, agreement, k_rate  # noqa: F401 - train.agreement, train.k_rate
 
 
 def device() -> torch.device:
@@ -107,6 +107,11 @@ class Batches:
         pin = self.dev.type == "cuda"
         return {k: (v.pin_memory() if pin else v).to(self.dev, non_blocking=pin) for k, v in
                 {"ids": ids, "mask": mask, "plen": plen, "nlen": nlen}.items()}
+
+    def in_order(self) -> list[dict]:
+        """Every sequence once, in order, in batches of ``batch_size`` (evaluation)."""
+        n = len(self.seqs)
+        return [self.collate(list(range(i, min(i + self.bs, n)))) for i in range(0, n, self.bs)]
 
     def __next__(self):
         if self.pos + self.bs > len(self.order):
@@ -315,27 +320,10 @@ CURVE_POINTS = 4
 CHECKPOINTS = "checkpoints"
 
 
-#: The tokens each request of the plateau profiles generates (``sampling.max_tokens`` of
-#: h200-plateau): held-out agreement is also reported over each sequence's first this many
-#: continuation tokens (``first_tokens``), the positions vLLM's acceptance is measured on. The
-#: target's greedy continuations loop more the longer they run (on lease 24's data, EAGLE-3
-#: agreed 0.64 on the first 64 tokens and 0.86 after 128), so the whole sequence's agreement
-#: over-states what a 64-token request sees.
-WORKLOAD_TOKENS = 64
-
-
 def first_tokens(seqs, n: int = WORKLOAD_TOKENS) -> list:
     """Each (tokens, prompt length) cut after its first ``n`` continuation tokens and the one
     they predict (causal attention: the positions kept see what they saw before)."""
     return [(s[: p + n + 1], p) for s, p in seqs]
-
-
-def agreement(ev: dict) -> float:
-    """Held-out agreement of one evaluation: the mean of ``acc1`` … ``acc4`` that the kind
-    reports (the positions of a K=4 proposal; a draft LM reports ``acc1``, its agreement at
-    every position, EAGLE's chains three)."""
-    accs = [ev[f"acc{s}"] for s in range(1, 5) if f"acc{s}" in ev]
-    return sum(accs) / len(accs)
 
 
 def plateaued(points: list[dict], delta: float | None) -> bool:
@@ -394,13 +382,9 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     steps_cap = max_steps if max_steps is not None else recipe["max_steps"]
     cap_s = safety_cap_s if safety_cap_s is not None else recipe["safety_cap_s"]
     it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev)
-    vb = Batches(val_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev)
-    val_batches = [vb.collate(list(range(i, min(i + recipe["batch_size"], len(val_seqs)))))
-                   for i in range(0, len(val_seqs), recipe["batch_size"])]
-    early = first_tokens(val_seqs)
-    eb = Batches(early, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev)
-    early_batches = [eb.collate(list(range(i, min(i + recipe["batch_size"], len(early)))))
-                     for i in range(0, len(early), recipe["batch_size"])]
+    val_batches, early_batches = (
+        Batches(v, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev).in_order()
+        for v in (val_seqs, first_tokens(val_seqs)))
     out_dir.mkdir(parents=True, exist_ok=True)
     log = open(out_dir / "train_log.jsonl", "w")
     base = {"train_sequences": len(train_seqs), "val_sequences": len(val_seqs),
@@ -444,13 +428,7 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
         lr = _lr(recipe, step, steps_cap)
         for g in opt.param_groups:
             g["lr"] = lr
-        b = next(it)
-        with _autocast(dev):
-            loss, met = kind.loss(b)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(params, recipe["grad_clip"])
-        opt.step()
+        loss, met, gn = _update(kind, opt, params, next(it), recipe["grad_clip"])
         step += 1
         if step % recipe["log_every"] == 0 or step == 1:
             emit({"event": "train", "step": step, "elapsed_s": round(time.perf_counter() - t0, 2),
@@ -476,6 +454,23 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     return export.export(name, recipe, kind, target, out_dir, data_sha256, run)
 
 
+def _update(kind: _Kind, opt, params, b: dict, grad_clip: float, mark=None):
+    """One training step on batch ``b``: the loss, its backward pass, the clipped optimiser
+    step; ``mark(phase)`` after each (:func:`bench` times them). Returns (loss, metrics,
+    gradient norm), tensors all: nothing here waits for the GPU."""
+    mark = mark or (lambda phase: None)
+    with _autocast(kind.dev):
+        loss, met = kind.loss(b)
+    mark("loss")
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    mark("backward")
+    gn = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    opt.step()
+    mark("optimizer")
+    return loss, met, gn
+
+
 def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup: int = 5) -> dict:
     """Where a training step's time goes, on this machine: ``steps`` steps of ``recipe`` after
     ``warmup``, each phase timed with the device synchronised around it (the target's features,
@@ -493,32 +488,25 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup
 
     def step(timed: bool):
         b = next(it)
-        t = [time.perf_counter()]
-        if timed:
+        if not timed:
+            _update(kind, opt, params, b, recipe["grad_clip"])
+            return
+        sync()
+        t = time.perf_counter()
+        target.features(b["ids"], b["mask"], aux)
+        sync()
+        phases["features"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+
+        def mark(phase):
+            nonlocal t
             sync()
-            t = [time.perf_counter()]
-            target.features(b["ids"], b["mask"], aux)
-            sync()
-            t.append(time.perf_counter())
-        with _autocast(dev):
-            loss, _ = kind.loss(b)
-        if timed:
-            sync()
-            t.append(time.perf_counter())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if timed:
-            sync()
-            t.append(time.perf_counter())
-        torch.nn.utils.clip_grad_norm_(params, recipe["grad_clip"])
-        opt.step()
-        if timed:
-            sync()
-            t.append(time.perf_counter())
-            phases["features"].append(t[1] - t[0])
-            phases["loss"].append(t[2] - t[1] - (t[1] - t[0]))  # the loss computes them again
-            phases["backward"].append(t[3] - t[2])
-            phases["optimizer"].append(t[4] - t[3])
+            now = time.perf_counter()
+            # the loss computes the target's features again: the loss's own share is the rest
+            phases[phase].append(now - t - (phases["features"][-1] if phase == "loss" else 0))
+            t = now
+
+        _update(kind, opt, params, b, recipe["grad_clip"], mark)
 
     for _ in range(warmup):
         step(False)
@@ -542,7 +530,7 @@ def load_kind(artifact: Path, target: Target, dev=torch.device("cpu")) -> _Kind:
     from safetensors.torch import load_file
 
     recipe = json.loads((artifact / "recipe.json").read_text())
-    sd = {k: v for k, v in load_file(str(artifact / "model.safetensors")).items()}
+    sd = load_file(str(artifact / "model.safetensors"))
     kind = KINDS[recipe["kind"]].__new__(KINDS[recipe["kind"]])
     _Kind.__init__(kind, recipe, target, None, dev)
     if recipe["kind"] == "eagle3":
@@ -565,11 +553,57 @@ def agreement_on(kind: _Kind, seqs, batch_size: int = 8, max_len: int = 512) -> 
     """:func:`evaluate` on ``seqs`` ((tokens, prompt length) pairs), in order, with the
     position-wise agreements, their mean (:func:`agreement`) and their K = 4 rate
     (:func:`k_rate`)."""
-    b = Batches(seqs, batch_size, max_len, 0, kind.dev)
-    ev = evaluate(kind, [b.collate(list(range(i, min(i + batch_size, len(seqs)))))
-                         for i in range(0, len(seqs), batch_size)])
+    ev = evaluate(kind, Batches(seqs, batch_size, max_len, 0, kind.dev).in_order())
     accs = [ev[f"acc{s}"] for s in range(1, 5) if f"acc{s}" in ev]
     return {**ev, "agreement": agreement(ev), "k4_rate": k_rate(accs)}
+
+
+def replay(profile: str, method: str, artifacts_dir: Path, target_path: Path, val: int = 64) -> dict:
+    """The training code's agreement, here on the CPU, on the very sequences vLLM generated in
+    ``profile``'s cells of ``method`` at T = 0 (prompt + output tokens, as stored), and on the
+    first ``val`` held-out sequences of the kept data, whole and cut to their first
+    :data:`WORKLOAD_TOKENS`: what the training measures beside what vLLM measured, for the
+    method's trained artifact (installed in ``artifacts_dir``). ``specdec train replay``
+    writes it to ``data/plateau/<artifact>/replay.json``."""
+    import os
+
+    from .. import profiles, provenance, store, workloads
+
+    prof = profiles.load_profile(profile)
+    name = prof.model(prof.method(method).draft).source.artifact
+    art = Path(artifacts_dir) / name
+    if not (art / "model.safetensors").is_file():
+        raise SystemExit(f"{art}: no weights (install them: specdec train unpack PARTS "
+                         f"--artifacts {artifacts_dir})")
+    toks = store.load_tokens(profile)
+    toks = toks[(toks["method"] == method) & (toks["temperature"].astype(float) == 0.0)]
+    if toks.empty:
+        raise SystemExit(f"{profile}: no stored outputs of {method} at T = 0")
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    kind = load_kind(art, Target(str(target_path), torch.device("cpu")))
+    out = {"artifact": name, "method": method, "profile": profile,
+           "weights_sha256": json.loads((art / "manifest.json").read_text())["files"][
+               "model.safetensors"],
+           "computed": "the training code's evaluation (specdec.training.train.evaluate), CPU, "
+                       "target in float32, head in float32",
+           "torch": torch.__version__, "git_commit": provenance.git_commit(),
+           "git_dirty": provenance.git_dirty(), "timestamp_utc": provenance.now_utc(),
+           "workloads": {}}
+    for wl, rows in toks.groupby("workload"):
+        prompts = {p.prompt_id: p.token_ids for p in
+                   workloads.load_prompts(prof.workload(wl), prof, tokenizer=str(target_path))}
+        seqs = [(np.array(list(prompts[r.prompt_id]) + [int(x) for x in r.output_token_ids]),
+                 len(prompts[r.prompt_id])) for r in rows.drop_duplicates("prompt_id").itertuples()]
+        out["workloads"][wl] = {"requests": len(seqs),
+                                **{k: round(v, 4) for k, v in agreement_on(kind, seqs).items()}}
+        print(f"{wl}: {out['workloads'][wl]}", flush=True)
+    seqs, digest = data_mod.load_sequences(data_mod.DATA_RECORD / data_mod.DATA_XZ)
+    held = seqs[-kind.r["val_sequences"]:][:val]
+    out["validation"] = {"sequences": len(held), "data_sha256": digest}
+    for part, ss in (("whole", held), (f"first {WORKLOAD_TOKENS} tokens", first_tokens(held))):
+        out["validation"][part] = {k: round(v, 4) for k, v in agreement_on(kind, ss).items()}
+        print(f"validation, {part}: {out['validation'][part]}", flush=True)
+    return out
 
 
 def train_all(names, target_path: str, data_path: Path, out_root: Path,
