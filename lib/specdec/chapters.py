@@ -602,10 +602,10 @@ def dynamic_k_section(table: pd.DataFrame, profile: str, default_method: str,
     # each dynamic method read on its own: their fixed sides run on different runners
     by_method = {m: g for m, g in dyn.groupby("method")}
     # the dynamic step against the fixed step at the same K, and the runner alone beside it
-    step_ratios = [f"{protocol.span(g['step_ms'] / g['fixed_step_ms'], '.2f', '×')}"
-                   f"{' the fixed step' if not i else ''} for `{m}`"
-                   for i, (m, g) in enumerate((m, g) for m, g in by_method.items()
-                                              if g["fixed_step_ms"].notna().any())]
+    step_ratios = [f"{protocol.span(g['step_ms'] / g['fixed_step_ms'], '.2f', '×')} for `{m}`"
+                   for m, g in by_method.items() if g["fixed_step_ms"].notna().any()]
+    if step_ratios:  # "1.81×-2.29× the fixed step for `a` and 1.1× for `b`"
+        step_ratios[0] = step_ratios[0].replace(" for `", " the fixed step for `", 1)
     steps = ""
     if step_ratios:
         steps = f" At the same *K* the dynamic step took {' and '.join(step_ratios)}"
