@@ -291,11 +291,12 @@ def test_retraining_repeats_the_recorded_steps(tmp_path):
     rec = as_recorded(paths.DATA_DIR / "trained")
     assert sorted(rec) == sorted(RECIPES)
     new = ("max_steps", "safety_cap_s", "plateau_delta", "lr_schedule", "eval_first_step",
-           "data_fraction")
+           "data_fraction", "batching", "plateau_on")
     for name, r in rec.items():
         man = json.loads((paths.DATA_DIR / "trained" / name / "manifest.json").read_text())
         assert r["max_steps"] == man["run"]["steps"] and r["safety_cap_s"] == 0
         assert r["plateau_delta"] is None and r["lr_schedule"] == "cosine"
+        assert r["batching"] == "random"  # as they ran: length-grouped batches came with lease 25
         assert {k: v for k, v in r.items() if k not in new} == \
             {k: v for k, v in man["recipe"].items() if k not in new + ("time_budget_s",)}
     (tmp_path / "smollm2-eagle").mkdir()

@@ -70,6 +70,36 @@ def test_plateau_rule():
     assert not train.plateaued(pts(0.1, 0.2, 0.3, 0.3), None)    # a retraining: never
     with pytest.raises(ValueError, match="not a doubling"):
         train.plateaued(pts(0.1, 0.2, 0.3) + [{"step": 1500, "agreement": 0.3}], 0.01)
+    # on the first tokens (the recipes' default since lease 25): the whole sequence plateaued,
+    # its first tokens still gain 5 points, so the run goes on
+    firsts = [{**p, "first_tokens": {"acc1": a - 0.2}} for p, a in
+              zip(pts(0.1, 0.2, 0.3, 0.3), (0.1, 0.2, 0.3, 0.35))]
+    assert train.plateaued(firsts, 0.01) and not train.plateaued(firsts, 0.01, "first_tokens")
+    assert RECIPES[NAME]["plateau_on"] == "first_tokens"
+    with pytest.raises(ValueError, match="plateau_on"):
+        train.plateaued(firsts, 0.01, "first")
+
+
+def test_length_grouped_batches_pad_less_and_cover_every_sequence():
+    """``batching: length-grouped``: each epoch still gives every sequence once, in batches of
+    similar lengths (fewer padded positions than random batches of the same sequences); the
+    order is seeded."""
+    rng = np.random.default_rng(1)
+    seqs = [(np.arange(n) % 50 + 1, 2) for n in rng.integers(5, 200, 400)]
+
+    def epoch(grouped, seed=0):
+        b = train.Batches(seqs, 4, 512, seed, torch.device("cpu"), grouped=grouped)
+        out = [next(b) for _ in range(len(seqs) // 4)]
+        return out, sorted(i for i in b.order)
+
+    grouped, order = epoch(True)
+    assert order == list(range(len(seqs)))
+    padded = {g: sum(x["ids"].numel() for x in epoch(g)[0]) for g in (False, True)}
+    assert padded[True] < 0.7 * padded[False]
+    assert [x["nlen"].tolist() for x in grouped] == [x["nlen"].tolist() for x in epoch(True)[0]]
+    assert [x["nlen"].tolist() for x in grouped] != [x["nlen"].tolist() for x in epoch(True, 1)[0]]
+    with pytest.raises(ValueError, match="batching"):
+        train._grouped({"batching": "sorted"})
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +258,7 @@ def test_records_before_issue_21_retrain_as_they_ran(tmp_path):
     schedule it ran under and no evaluations between the first and the last step."""
     old = {k: v for k, v in RECIPES[NAME].items()
            if k not in ("lr_schedule", "eval_first_step", "plateau_delta", "safety_cap_s",
-                        "data_fraction")}
+                        "data_fraction", "batching", "plateau_on")}
     (tmp_path / NAME).mkdir()
     (tmp_path / NAME / "manifest.json").write_text(json.dumps(
         {"recipe": {**old, "time_budget_s": 90}, "run": {"steps": 663}}))
@@ -236,6 +266,7 @@ def test_records_before_issue_21_retrain_as_they_ran(tmp_path):
     assert "time_budget_s" not in r
     assert (r["lr_schedule"], r["eval_first_step"], r["data_fraction"], r["max_steps"]) == \
         ("cosine", 0, 1.0, 663)
+    assert (r["batching"], r["plateau_on"]) == ("random", "whole")  # as those runs ran
     assert train._lr(r, 662, 663) < 0.2 * train._lr(r, 100, 663)  # cosine: decayed at the end
     new = RECIPES[NAME]
     assert train._lr(new, 100, 16000) == train._lr(new, 15999, 16000) == new["lr"]

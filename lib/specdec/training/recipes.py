@@ -30,6 +30,15 @@ _COMMON = {
     "lr_schedule": "constant",  # after the warm-up ("cosine" over max_steps: runs before issue 21)
     "eval_first_step": 125,    # held-out evaluation (and a checkpoint) here and at each doubling
     "plateau_delta": 0.01,     # stop when the last doubling gained < 1 point of agreement
+    # ... of this agreement: "first_tokens", over each held-out sequence's first
+    # WORKLOAD_TOKENS continuation tokens (what a plateau request generates; lease 24 found the
+    # whole sequence's agreement inflated by looping tails), or "whole" (lease 24's runs)
+    "plateau_on": "first_tokens",
+    # batches of sequences of similar length (transformers' get_length_grouped_indices, as its
+    # Trainer's group_by_length: random mega-batches of 50 batches, sorted by length), so a
+    # batch pads little: on the kept data 1.7x fewer padded positions than random batches
+    # ("random": lease 24's runs)
+    "batching": "length-grouped",
     "max_steps": 16000,        # 125 * 2**7: the eighth evaluation
     "safety_cap_s": 1500,      # wall clock; a run it stops is recorded, not taken for a plateau
     "data_fraction": 1.0,      # the first part of the training sequences (data-size curve)
@@ -102,7 +111,9 @@ DATA = {"train_prompts": 20480, "generated_prompts": 20480, "max_prompt_tokens":
 
 #: What a recipe recorded before issue 21 lacks, as those runs ran it: cosine learning rate,
 #: no evaluation between the first and the last step, the whole data.
-_BEFORE_PLATEAU = {"lr_schedule": "cosine", "eval_first_step": 0, "data_fraction": 1.0}
+_BEFORE_PLATEAU = {"lr_schedule": "cosine", "eval_first_step": 0, "data_fraction": 1.0,
+                   # before lease 25 (recorded runs, lease 24's plateau runs included)
+                   "batching": "random", "plateau_on": "whole"}
 
 
 def as_recorded(records: Path) -> dict[str, dict]:

@@ -85,12 +85,25 @@ class Target:
 
 
 class Batches:
-    """Random batches of ``batch_size`` sequences (seeded), right-padded with id 0."""
+    """Random batches of ``batch_size`` sequences (seeded), right-padded with id 0; with
+    ``grouped``, of similar lengths (transformers' ``get_length_grouped_indices``: each epoch a
+    random order cut into mega-batches of 50 batches, each sorted by length)."""
 
-    def __init__(self, seqs, batch_size: int, max_len: int, seed: int, dev):
+    def __init__(self, seqs, batch_size: int, max_len: int, seed: int, dev, grouped: bool = False):
         self.seqs, self.bs, self.max_len, self.dev = seqs, batch_size, max_len, dev
         self.rng = np.random.default_rng(seed)
-        self.order, self.pos = self.rng.permutation(len(seqs)), 0
+        self.grouped = grouped
+        if grouped:
+            self.gen = torch.Generator().manual_seed(seed)
+            self.lengths = [min(len(s), max_len) for s, _ in seqs]
+        self.order, self.pos = self._epoch(), 0
+
+    def _epoch(self):
+        if not self.grouped:
+            return self.rng.permutation(len(self.seqs))
+        from transformers.trainer_pt_utils import get_length_grouped_indices
+
+        return np.asarray(get_length_grouped_indices(self.lengths, self.bs, generator=self.gen))
 
     def collate(self, idx):
         items = [(s[: self.max_len], p) for s, p in (self.seqs[i] for i in idx)]
@@ -115,7 +128,7 @@ class Batches:
 
     def __next__(self):
         if self.pos + self.bs > len(self.order):
-            self.order, self.pos = self.rng.permutation(len(self.seqs)), 0
+            self.order, self.pos = self._epoch(), 0
         idx = self.order[self.pos: self.pos + min(self.bs, len(self.seqs))]
         self.pos += self.bs
         return self.collate(idx)
@@ -326,16 +339,27 @@ def first_tokens(seqs, n: int = WORKLOAD_TOKENS) -> list:
     return [(s[: p + n + 1], p) for s, p in seqs]
 
 
-def plateaued(points: list[dict], delta: float | None) -> bool:
+def plateaued(points: list[dict], delta: float | None, on: str = "whole") -> bool:
     """The plateau rule: the last evaluation of the doubling schedule gained less than
     ``delta`` of :func:`agreement` over the one at half its steps (from the
-    :data:`CURVE_POINTS`-th on; ``delta`` None or 0: never)."""
+    :data:`CURVE_POINTS`-th on; ``delta`` None or 0: never); ``on``: the agreement over the
+    whole held-out sequences or over their ``first_tokens``."""
     if not delta or len(points) < CURVE_POINTS:
         return False
     last, half = points[-1], points[-2]
     if last["step"] != 2 * half["step"]:
         raise ValueError(f"not a doubling: steps {half['step']} and {last['step']}")
-    return last["agreement"] - half["agreement"] < delta
+    if on not in ("whole", "first_tokens"):
+        raise ValueError(f"plateau_on: {on!r} (whole or first_tokens)")
+    value = (lambda e: e["agreement"]) if on == "whole" else (lambda e: agreement(e["first_tokens"]))
+    return value(last) - value(half) < delta
+
+
+def _grouped(recipe: dict) -> bool:
+    batching = recipe.get("batching", "random")
+    if batching not in ("random", "length-grouped"):
+        raise ValueError(f"batching: {batching!r} (random or length-grouped)")
+    return batching == "length-grouped"
 
 
 def _lr(recipe: dict, step: int, steps_cap: int) -> float:
@@ -381,7 +405,8 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
                             weight_decay=recipe["weight_decay"])
     steps_cap = max_steps if max_steps is not None else recipe["max_steps"]
     cap_s = safety_cap_s if safety_cap_s is not None else recipe["safety_cap_s"]
-    it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev)
+    it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev,
+                 grouped=_grouped(recipe))
     val_batches, early_batches = (
         Batches(v, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev).in_order()
         for v in (val_seqs, first_tokens(val_seqs)))
@@ -437,7 +462,8 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
         if step == next_eval:
             evaluation(step, True)
             next_eval *= 2
-            if plateaued([e for e in evals if "checkpoint" in e], recipe["plateau_delta"]):
+            if plateaued([e for e in evals if "checkpoint" in e], recipe["plateau_delta"],
+                         recipe.get("plateau_on", "whole")):
                 stop = "plateau"
         if stop is None and step >= steps_cap:
             stop = "max_steps"
@@ -482,7 +508,8 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup
     kind = KINDS[recipe["kind"]](recipe, target, train_seqs, dev)
     params = [p for p in kind.module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=recipe["lr"], betas=tuple(recipe["betas"]))
-    it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev)
+    it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev,
+                 grouped=_grouped(recipe))
     aux = recipe.get("aux_layers", ())
     phases: dict[str, list[float]] = {"features": [], "loss": [], "backward": [], "optimizer": []}
 
