@@ -43,7 +43,10 @@ def device() -> torch.device:
 
 
 class Target:
-    """The frozen target (HF transformers, float32) and what the heads need from it."""
+    """The frozen target (HF transformers) and what the heads need from it. Its layers run in
+    bfloat16 on a GPU (the dtype vLLM serves it in; lease 25's bench: the float32 forward was
+    most of an EAGLE-3 step) and in float32 on the CPU; the embeddings and the tied
+    ``lm_head`` stay float32 (the next-token distribution, and what the artifacts copy)."""
 
     def __init__(self, path: str, dev: torch.device, cache_size: int = 0):
         from transformers import AutoModelForCausalLM
@@ -57,8 +60,15 @@ class Target:
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(dev).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
-        self.embed = self.model.model.embed_tokens.weight  # (V, H); tied lm_head in SmolLM2
-        self.lm_head = self.model.lm_head.weight
+        # (V, H), tied lm_head in SmolLM2: float32 copies, before the layers are cast
+        self.embed = self.model.model.embed_tokens.weight.detach().clone()
+        self.lm_head = self.embed if self.model.config.tie_word_embeddings \
+            else self.model.lm_head.weight.detach().clone()
+        self.dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        self.model.to(self.dtype)
+        if dev.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
 
     @torch.no_grad()
     def features(self, ids, mask, aux_layers=()):
@@ -75,11 +85,12 @@ class Target:
         return self._features(ids, mask, aux_layers)
 
     def _features(self, ids, mask, aux_layers=()):
-        # The target runs in float32 (TF32 matmuls on CUDA), outside the heads' bf16 autocast.
+        # The target runs in its dtype, outside the heads' bf16 autocast; its next-token
+        # logits in float32 (TF32 matmuls on CUDA).
         with torch.autocast(ids.device.type, enabled=False):
             out = self.model.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-        h = out.last_hidden_state
-        logits = (h @ self.lm_head.T).float()
+            h = out.last_hidden_state
+            logits = h.float() @ self.lm_head.T
         aux = torch.cat([out.hidden_states[k] for k in aux_layers], -1) if aux_layers else None
         return {"h": h, "logits": logits, "aux": aux}
 
@@ -284,6 +295,8 @@ class Draft(_Kind):
         missing, unexpected = model.load_state_dict(sd, strict=False)
         missing = [k for k in missing if k != "lm_head.weight"]
         assert not missing and not unexpected, (missing, unexpected)
+        with torch.no_grad():  # the float32 embeddings (the export copies them), not the cast ones
+            model.model.embed_tokens.weight.copy_(target.embed)
         model.model.embed_tokens.weight.requires_grad_(False)  # tied: lm_head frozen too
         self.module, self.config = model, cfg
 
@@ -395,9 +408,6 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
 
     dev = target.model.device
     torch.manual_seed(recipe["seed"])
-    if dev.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     train_seqs, val_seqs = split(seqs, recipe)
     kind = KINDS[recipe["kind"]](recipe, target, train_seqs, dev)
     params = [p for p in kind.module.parameters() if p.requires_grad]
@@ -415,7 +425,7 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     base = {"train_sequences": len(train_seqs), "val_sequences": len(val_seqs),
             "data_fraction": recipe["data_fraction"], "device": str(dev),
             "device_name": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
-            "torch": torch.__version__}
+            "torch": torch.__version__, "target_dtype": str(target.dtype).removeprefix("torch.")}
 
     def emit(rec):
         log.write(json.dumps(rec, sort_keys=True) + "\n")
