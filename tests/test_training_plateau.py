@@ -423,3 +423,11 @@ def test_a_lease_measures_what_it_trained(tmp_path, monkeypatch, capsys):
     with pytest.raises(validate.ValidationError, match="smollm2-eagle-c1|is missing"):
         runner.run("h200-plateau", ["steps-eagle3", "steps-eagle"], dry_run=True,
                    results_root=tmp_path / "results")
+    # a prompt that cannot fit the engine's context is refused before an engine starts (lease
+    # 25 measured 32 held-out ShareGPT prompts, the 26th of 2821 tokens: vLLM refused its cells)
+    prof = profiles.load_profile("h200-plateau")
+    longer = prof.model_copy(update={"workloads": [
+        w.model_copy(update={"num_prompts": 32}) if w.name == "sharegpt-heldout" else w
+        for w in prof.workloads]})
+    with pytest.raises(profiles.ProfileError, match=r"sharegpt-heldout\]: prompt .* 2821 tokens"):
+        runner.run(longer, ["steps-eagle3"], dry_run=True, results_root=tmp_path / "results")
