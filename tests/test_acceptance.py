@@ -398,9 +398,10 @@ def test_replay_sets_the_training_code_beside_vllm(tmp_path):
     _plateau_records(tmp_path)
     (tmp_path / "smollm2-eagle3" / "replay.json").write_text(json.dumps({
         "artifact": "smollm2-eagle3", "method": "eagle3", "profile": "h100-plateau",
-        "workloads": {"mtbench": {"k4_rate": 0.31}, "humaneval": {"k4_rate": 0.19}},
+        "workloads": {"mtbench": {"k4_rate": 0.31, "vllm_acceptance": 0.3},
+                      "humaneval": {"k4_rate": 0.19, "vllm_acceptance": 0.2}},
         "validation": {"sequences": 64, "whole": {"agreement": 0.74, "k4_rate": 0.5},
                        "first 64 tokens": {"agreement": 0.62, "k4_rate": 0.35}}}))
-    said = acceptance.replay_sentence(_plateau_summary(), tmp_path)
+    said = acceptance.replay_sentence(tmp_path)
     assert "humaneval 19% predicted, 20% measured; mtbench 31% predicted, 30% measured" in said
     assert "74% over whole sequences (a K = 4 rate of 50%) but 62% over their first 64" in said

@@ -291,12 +291,13 @@ def test_retraining_repeats_the_recorded_steps(tmp_path):
     rec = as_recorded(paths.DATA_DIR / "trained")
     assert sorted(rec) == sorted(RECIPES)
     new = ("max_steps", "safety_cap_s", "plateau_delta", "lr_schedule", "eval_first_step",
-           "data_fraction", "batching", "plateau_on")
+           "data_fraction", "batching", "plateau_on", "target_features")
     for name, r in rec.items():
         man = json.loads((paths.DATA_DIR / "trained" / name / "manifest.json").read_text())
         assert r["max_steps"] == man["run"]["steps"] and r["safety_cap_s"] == 0
         assert r["plateau_delta"] is None and r["lr_schedule"] == "cosine"
-        assert r["batching"] == "random"  # as they ran: length-grouped batches came with lease 25
+        # as they ran: length-grouped batches came with lease 25, precomputed features after it
+        assert (r["batching"], r["target_features"]) == ("random", "per-step")
         assert {k: v for k, v in r.items() if k not in new} == \
             {k: v for k, v in man["recipe"].items() if k not in new + ("time_budget_s",)}
     (tmp_path / "smollm2-eagle").mkdir()
@@ -393,25 +394,33 @@ def test_the_retraining_is_measured_like_the_recorded_training():
             assert getattr(exp, field) == getattr(same, field), (exp.name, field)
 
 
-def test_feature_cache_computes_a_batch_seen_again_once():
-    """Target.features with a cache: the same batch (by content) is computed once, a new one
-    is computed, the oldest is dropped beyond cache_size; without a cache, every call runs."""
+def test_a_feature_store_gives_what_the_forward_gives(tmp_path):
+    """FeatureStore: the target's features of every sequence computed once; a batch that
+    carries its rows reads the same hidden states, auxiliary states and logits as the target's
+    forward on that batch gives (padded positions included: they are masked out downstream,
+    the store gives zeros); a store without the layers asked for is an error."""
+    import numpy as np
     import torch
 
+    from specdec import models, profiles
     from specdec.training import train
 
-    calls = []
-    t = object.__new__(train.Target)
-    t.cache_size, t._cache = 2, {}
-    t._features = lambda ids, mask, aux=(): calls.append(ids.sum().item()) or {"h": ids * 2}
-    a, b, c = (torch.full((2, 3), v) for v in (1, 2, 3))
-    m = torch.ones(2, 3, dtype=torch.long)
-    assert torch.equal(t.features(a, m)["h"], a * 2) and torch.equal(t.features(a.clone(), m)["h"], a * 2)
-    t.features(b, m)
-    t.features(c, m)  # drops a
-    t.features(a, m)
-    assert calls == [6, 12, 18, 6]
-    t.cache_size = 0
-    t.features(a, m)
-    t.features(a, m)
-    assert calls[-2:] == [6, 6]
+    torch.set_num_threads(1)
+    prof = profiles.load_profile("cpu-smollm2")
+    target = train.Target(str(models.resolve_model(prof, prof.target.name)), torch.device("cpu"))
+    rng = np.random.default_rng(0)
+    seqs = [(rng.integers(100, 3000, n).astype(np.uint16), 3) for n in (9, 30, 17, 4, 25)]
+    store = train.FeatureStore(target, seqs, max_len=20, aux_layers=(2, 15), batch_size=2)
+    assert len(store.h) == 1 + 9 + 20 + 17 + 4 + 20 and not store.h[0].any()
+    target.store = store
+    for idx in ([1, 3], [4, 0, 2]):
+        plain = train.Batches(seqs, 3, 20, 0, torch.device("cpu")).collate(idx)
+        stored = train.Batches(seqs, 3, 20, 0, torch.device("cpu"), store=store).collate(idx)
+        assert torch.equal(plain["ids"], stored["ids"]) and "rows" in stored
+        a, b = target.features(plain, (2, 15)), target.features(stored, (2, 15))
+        keep = plain["mask"].bool()
+        for k in ("h", "aux", "logits"):
+            assert torch.allclose(a[k][keep], b[k][keep], atol=1e-4), k
+        assert not b["h"][~keep].any()
+    with pytest.raises(ValueError, match="aux layers"):
+        store.read(stored["rows"], (27,))

@@ -258,7 +258,7 @@ def test_records_before_issue_21_retrain_as_they_ran(tmp_path):
     schedule it ran under and no evaluations between the first and the last step."""
     old = {k: v for k, v in RECIPES[NAME].items()
            if k not in ("lr_schedule", "eval_first_step", "plateau_delta", "safety_cap_s",
-                        "data_fraction", "batching", "plateau_on")}
+                        "data_fraction", "batching", "plateau_on", "target_features")}
     (tmp_path / NAME).mkdir()
     (tmp_path / NAME / "manifest.json").write_text(json.dumps(
         {"recipe": {**old, "time_budget_s": 90}, "run": {"steps": 663}}))
@@ -266,7 +266,8 @@ def test_records_before_issue_21_retrain_as_they_ran(tmp_path):
     assert "time_budget_s" not in r
     assert (r["lr_schedule"], r["eval_first_step"], r["data_fraction"], r["max_steps"]) == \
         ("cosine", 0, 1.0, 663)
-    assert (r["batching"], r["plateau_on"]) == ("random", "whole")  # as those runs ran
+    assert (r["batching"], r["plateau_on"], r["target_features"]) == \
+        ("random", "whole", "per-step")  # as those runs ran
     assert train._lr(r, 662, 663) < 0.2 * train._lr(r, 100, 663)  # cosine: decayed at the end
     new = RECIPES[NAME]
     assert train._lr(new, 100, 16000) == train._lr(new, 15999, 16000) == new["lr"]

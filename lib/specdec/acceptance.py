@@ -675,24 +675,19 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
     return pd.DataFrame(rows).sort_values(["campaign", "artifact", "step"])
 
 
-def replay_sentence(summary: pd.DataFrame, root: Path | None = None) -> str:
+def replay_sentence(root: Path | None = None) -> str:
     """What the training code computes on the very sequences vLLM generated (``replay.json``,
-    written by ``specdec train replay``) beside what vLLM counted on them, and on the held-out
-    sequences whole and cut to their first 64 tokens: where held-out agreement and vLLM's
-    acceptance part."""
+    written by ``specdec train replay``) beside what vLLM counted on them (kept in the record:
+    the rows replayed may have left the store since), and on the held-out sequences whole and
+    cut to their first 64 tokens: where held-out agreement and vLLM's acceptance part."""
     import json
 
     root = Path(root or PLATEAU_RECORDS)
     parts = []
     for f in sorted(root.glob("*/replay.json")):
         rep = json.loads(f.read_text())
-        s = summary[(summary["profile"] == rep["profile"]) & (summary["method"] == rep["method"])
-                    & (summary["temperature"] == 0)]
-        pairs = []
-        for wl, w in sorted(rep["workloads"].items()):
-            got = s.loc[s["workload"] == wl, "acceptance_rate"]
-            if len(got):
-                pairs.append(f"{wl} {w['k4_rate']:.0%} predicted, {float(got.mean()):.0%} measured")
+        pairs = [f"{wl} {w['k4_rate']:.0%} predicted, {w['vllm_acceptance']:.0%} measured"
+                 for wl, w in sorted(rep["workloads"].items())]
         val = rep["validation"]
         first = next(v for k, v in val.items() if k.startswith("first"))
         parts.append(

@@ -140,11 +140,10 @@ def tiny(out: Path, prompts: int = 4, max_tokens: int = 16, steps: int = 3,
                  for n, r in small.items()}
     names = list(names or RECIPES)
     caps = {n: head_steps if (head_steps and small[n]["kind"] != "draft") else steps for n in names}
-    # one target for every artifact; a memorised set is a few batches seen every step, whose
-    # target features are computed once
+    # one target for every artifact (its features of the training sequences computed once:
+    # the recipes' target_features)
     res = train.train_all(names, str(target), dpath, out, max_steps=caps,
-                          recipes={n: {**small[n], "safety_cap_s": 0} for n in names},
-                          feature_cache=8 if memorize else 0)
+                          recipes={n: {**small[n], "safety_cap_s": 0} for n in names})
     for n, m in res.items():
         if "error" not in m and m["kind"] == "medusa":
             artifacts.medusa_variants(n, MEDUSA_KS, out)

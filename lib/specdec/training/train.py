@@ -44,18 +44,15 @@ def device() -> torch.device:
 
 class Target:
     """The frozen target (HF transformers) and what the heads need from it. Its layers run in
-    bfloat16 on a GPU (the dtype vLLM serves it in; lease 25's bench: the float32 forward was
-    most of an EAGLE-3 step) and in float32 on the CPU; the embeddings and the tied
-    ``lm_head`` stay float32 (the next-token distribution, and what the artifacts copy)."""
+    bfloat16 on a GPU (the dtype vLLM serves it in) and in float32 on the CPU; the embeddings
+    and the tied ``lm_head`` stay float32 (the next-token distribution, and what the artifacts
+    copy). A batch's features are the target's forward on it, or, where the batch comes with
+    ``rows`` (:class:`FeatureStore`), the rows the store computed once."""
 
-    def __init__(self, path: str, dev: torch.device, cache_size: int = 0):
+    def __init__(self, path: str, dev: torch.device):
         from transformers import AutoModelForCausalLM
 
         self.path = path
-        #: The target's features of the last ``cache_size`` distinct batches (content-keyed):
-        #: the target is frozen, so a batch seen again (a small set trained many steps, its
-        #: validation batch every step) gives the same features without another forward.
-        self.cache_size, self._cache = cache_size, {}
         self.cfg = json.loads((Path(path) / "config.json").read_text())
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(dev).eval()
         for p in self.model.parameters():
@@ -66,33 +63,77 @@ class Target:
             else self.model.lm_head.weight.detach().clone()
         self.dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         self.model.to(self.dtype)
+        #: the :class:`FeatureStore` of the run going on (``train`` sets it, then drops it)
+        self.store = None
         if dev.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
 
     @torch.no_grad()
-    def features(self, ids, mask, aux_layers=()):
-        if self.cache_size:
-            import hashlib
-
-            key = (hashlib.sha256(ids.cpu().numpy().tobytes() + mask.cpu().numpy().tobytes()).hexdigest(),
-                   tuple(ids.shape), tuple(aux_layers))
-            if key not in self._cache:
-                if len(self._cache) >= self.cache_size:
-                    self._cache.pop(next(iter(self._cache)))
-                self._cache[key] = self._features(ids, mask, aux_layers)
-            return self._cache[key]
-        return self._features(ids, mask, aux_layers)
-
-    def _features(self, ids, mask, aux_layers=()):
-        # The target runs in its dtype, outside the heads' bf16 autocast; its next-token
-        # logits in float32 (TF32 matmuls on CUDA).
+    def hidden(self, ids, mask, aux_layers=()):
+        """The target's last hidden state (B, L, H) and the hidden states after
+        ``aux_layers``, concatenated (B, L, H * len(aux_layers)), in its dtype."""
         with torch.autocast(ids.device.type, enabled=False):
             out = self.model.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-            h = out.last_hidden_state
-            logits = h.float() @ self.lm_head.T
         aux = torch.cat([out.hidden_states[k] for k in aux_layers], -1) if aux_layers else None
+        return out.last_hidden_state, aux
+
+    @torch.no_grad()
+    def features(self, b: dict, aux_layers=()):
+        """``h``, ``aux`` and the next-token ``logits`` (float32, TF32 matmuls on CUDA) of batch
+        ``b``: from the store where ``b`` has its ``rows``, else from a forward."""
+        if "rows" in b:
+            h, aux = self.store.read(b["rows"], aux_layers)
+        else:
+            h, aux = self.hidden(b["ids"], b["mask"], aux_layers)
+        with torch.autocast(h.device.type, enabled=False):
+            logits = h.float() @ self.lm_head.T
         return {"h": h, "logits": logits, "aux": aux}
+
+
+class FeatureStore:
+    """The target's features of every sequence of a set, computed once: the target is frozen
+    and the data fixed, so a training step need not run it again (lease 25: the target's
+    forward was 0.090 of an EAGLE-3 step's 0.095 s on an H100, and three processes sharing the
+    GPU did not hide it). Each token's last hidden state and ``aux_layers`` hidden states, in
+    the target's dtype, flat (token, feature) on the target's device; row 0 is zeros, what a
+    padded position reads. The logits are computed from ``h`` per batch, as without a store.
+    For 5.2 M tokens with EAGLE-3's three auxiliary layers: 24 GB in bfloat16."""
+
+    def __init__(self, target: Target, seqs, max_len: int, aux_layers=(), batch_size: int = 32):
+        dev = target.model.device
+        self.aux_layers = tuple(aux_layers)
+        self.lengths = np.array([min(len(s), max_len) for s, _ in seqs], dtype=np.int64)
+        self.offsets = np.concatenate([[1], 1 + np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        width = target.cfg["hidden_size"]
+        total = 1 + int(self.lengths.sum())
+        self.h = torch.zeros(total, width, dtype=target.dtype, device=dev)
+        self.aux = torch.zeros(total, width * len(self.aux_layers), dtype=target.dtype,
+                               device=dev) if self.aux_layers else None
+        t0 = time.perf_counter()
+        batches = Batches(seqs, batch_size, max_len, 0, dev)
+        for i in range(0, len(seqs), batch_size):  # in order: a batch's tokens are contiguous
+            b = batches.collate(list(range(i, min(i + batch_size, len(seqs)))))
+            h, aux = target.hidden(b["ids"], b["mask"], self.aux_layers)
+            keep = b["mask"].bool()
+            at = slice(int(self.offsets[i]), int(self.offsets[i]) + int(keep.sum()))
+            self.h[at] = h[keep]
+            if aux is not None:
+                self.aux[at] = aux[keep]
+        self.seconds = time.perf_counter() - t0
+
+    def rows(self, idx, width: int) -> torch.Tensor:
+        """(len(idx), width) store rows of sequences ``idx`` (CPU, int64): a sequence's tokens,
+        then 0 (padding)."""
+        pos = np.arange(width)[None]
+        lens, offs = self.lengths[idx][:, None], self.offsets[idx][:, None]
+        return torch.as_tensor(np.where(pos < lens, offs + pos, 0))
+
+    def read(self, rows, aux_layers=()):
+        if tuple(aux_layers) != self.aux_layers[:len(aux_layers)] or \
+                (aux_layers and self.aux is None):
+            raise ValueError(f"the store holds aux layers {self.aux_layers}, not {tuple(aux_layers)}")
+        return self.h[rows], (self.aux[rows] if aux_layers else None)
 
 
 class Batches:
@@ -100,8 +141,10 @@ class Batches:
     ``grouped``, of similar lengths (transformers' ``get_length_grouped_indices``: each epoch a
     random order cut into mega-batches of 50 batches, each sorted by length)."""
 
-    def __init__(self, seqs, batch_size: int, max_len: int, seed: int, dev, grouped: bool = False):
+    def __init__(self, seqs, batch_size: int, max_len: int, seed: int, dev, grouped: bool = False,
+                 store: FeatureStore | None = None):
         self.seqs, self.bs, self.max_len, self.dev = seqs, batch_size, max_len, dev
+        self.store = store  # the batches carry their rows of it
         self.rng = np.random.default_rng(seed)
         self.grouped = grouped
         if grouped:
@@ -127,10 +170,12 @@ class Batches:
             ids[j, : len(s)] = torch.as_tensor(s.astype(np.int64))
             mask[j, : len(s)] = 1
             plen[j], nlen[j] = min(p, len(s)), len(s)
+        out = {"ids": ids, "mask": mask, "plen": plen, "nlen": nlen}
+        if self.store is not None:
+            out["rows"] = self.store.rows(np.asarray(idx), L)
         # pinned and asynchronous on a GPU: a copy from pageable memory waits for the GPU
         pin = self.dev.type == "cuda"
-        return {k: (v.pin_memory() if pin else v).to(self.dev, non_blocking=pin) for k, v in
-                {"ids": ids, "mask": mask, "plen": plen, "nlen": nlen}.items()}
+        return {k: (v.pin_memory() if pin else v).to(self.dev, non_blocking=pin) for k, v in out.items()}
 
     def in_order(self) -> list[dict]:
         """Every sequence once, in order, in batches of ``batch_size`` (evaluation)."""
@@ -215,7 +260,7 @@ class Eagle3(_Kind):
             self.module.lm_head.weight.copy_(target.lm_head[self.vocab_ids])
 
     def loss(self, b):
-        f = self.t.features(b["ids"], b["mask"], self.r["aux_layers"])
+        f = self.t.features(b, self.r["aux_layers"])
         emb = self.t.embed
         S = self.r["ttt_steps"]
         embeds = [F.embedding(_shift(b["ids"], 1 + s), emb) for s in range(S)]
@@ -238,7 +283,7 @@ class Eagle(_Kind):
         self.module = H.EagleHead(target.cfg).to(dev)
 
     def loss(self, b):
-        f = self.t.features(b["ids"], b["mask"])
+        f = self.t.features(b)
         S = self.r["ttt_steps"]
         embeds = [F.embedding(_shift(b["ids"], 1 + s), self.t.embed) for s in range(S)]
         pos = torch.arange(b["ids"].shape[1], device=self.dev)[None].expand_as(b["ids"])
@@ -267,7 +312,7 @@ class Medusa(_Kind):
         self.head_w = target.lm_head[self.vocab_ids]
 
     def loss(self, b):
-        f = self.t.features(b["ids"], b["mask"])
+        f = self.t.features(b)
         outs = self.module(f["h"])
         p, top = _probs(f["logits"][..., self.vocab_ids]), f["logits"].argmax(-1)
         total, met = 0.0, {}
@@ -301,7 +346,7 @@ class Draft(_Kind):
         self.module, self.config = model, cfg
 
     def loss(self, b):
-        f = self.t.features(b["ids"], b["mask"])
+        f = self.t.features(b)
         lg = self.module(input_ids=b["ids"], attention_mask=b["mask"]).logits
         m = _mask(b, -1).float()  # every position t >= plen-1 with a next token... and t<=n-1
         loss = _soft_ce(lg, _probs(f["logits"]), m)
@@ -368,6 +413,24 @@ def plateaued(points: list[dict], delta: float | None, on: str = "whole") -> boo
     return value(last) - value(half) < delta
 
 
+def _precomputed(recipe: dict) -> bool:
+    features = recipe.get("target_features", "per-step")
+    if features not in ("per-step", "precomputed"):
+        raise ValueError(f"target_features: {features!r} (per-step or precomputed)")
+    return features == "precomputed"
+
+
+def _store(name: str, recipe: dict, target: Target, seqs) -> FeatureStore | None:
+    """The :class:`FeatureStore` of ``seqs`` where ``recipe`` precomputes the target's features."""
+    if not _precomputed(recipe):
+        return None
+    store = FeatureStore(target, seqs, recipe["max_len"], recipe.get("aux_layers", ()),
+                         recipe["batch_size"])
+    print(f"[train] {name}: the target's features of {len(seqs)} sequences "
+          f"({len(store.h) - 1} tokens) computed once in {store.seconds:.0f} s", flush=True)
+    return store
+
+
 def _grouped(recipe: dict) -> bool:
     batching = recipe.get("batching", "random")
     if batching not in ("random", "length-grouped"):
@@ -415,8 +478,7 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
                             weight_decay=recipe["weight_decay"])
     steps_cap = max_steps if max_steps is not None else recipe["max_steps"]
     cap_s = safety_cap_s if safety_cap_s is not None else recipe["safety_cap_s"]
-    it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev,
-                 grouped=_grouped(recipe))
+    _grouped(recipe), _precomputed(recipe)  # a recipe's bad value fails before any work
     val_batches, early_batches = (
         Batches(v, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev).in_order()
         for v in (val_seqs, first_tokens(val_seqs)))
@@ -434,6 +496,12 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     t0 = time.perf_counter()
     paused = 0.0  # seconds spent evaluating and exporting, left out of train_s
     evals: list[dict] = []
+    # the target's features of the training sequences, once (in train_s: it is training time)
+    store = target.store = _store(name, recipe, target, train_seqs)
+    if store is not None:
+        base["features_s"] = round(store.seconds, 2)
+    it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev,
+                 grouped=_grouped(recipe), store=store)
 
     def evaluation(step: int, scheduled: bool) -> dict:
         nonlocal paused
@@ -480,6 +548,7 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
         elif stop is None and cap_s and time.perf_counter() - t0 >= cap_s:
             stop = "time_cap"  # a safety cap (wall clock, evaluations included), not a budget
     final = evals[-1] if evals[-1]["step"] == step else evaluation(step, False)
+    target.store = it.store = store = None  # its memory goes back before the next run
     wall_s = time.perf_counter() - t0
     emit({"event": "end", "steps": step, "stopped_by": stop, "train_s": final["train_s"],
           "wall_s": round(wall_s, 2), "device": str(dev), "torch": torch.__version__})
@@ -518,8 +587,12 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup
     kind = KINDS[recipe["kind"]](recipe, target, train_seqs, dev)
     params = [p for p in kind.module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=recipe["lr"], betas=tuple(recipe["betas"]))
-    it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev,
-                 grouped=_grouped(recipe))
+    # a step's cost does not depend on how many sequences there are: the first 4096 (their
+    # features, where the recipe precomputes them, cost in proportion: features_s_per_1000)
+    sample = train_seqs[:4096]
+    store = target.store = _store(name, recipe, target, sample)
+    it = Batches(sample, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev,
+                 grouped=_grouped(recipe), store=store)
     aux = recipe.get("aux_layers", ())
     phases: dict[str, list[float]] = {"features": [], "loss": [], "backward": [], "optimizer": []}
 
@@ -530,7 +603,7 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup
             return
         sync()
         t = time.perf_counter()
-        target.features(b["ids"], b["mask"], aux)
+        target.features(b, aux)
         sync()
         phases["features"].append(time.perf_counter() - t)
         t = time.perf_counter()
@@ -556,6 +629,9 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup
     sync()
     out = {k: float(np.median(v)) for k, v in phases.items()}
     out["step_s"] = (time.perf_counter() - t0) / steps
+    if store is not None:
+        out["features_s_per_1000"] = store.seconds * 1000 / len(sample)
+    target.store = None
     out.update(name=name, steps=steps, batch_size=recipe["batch_size"], max_len=recipe["max_len"],
                device=torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu")
     return out
@@ -595,6 +671,19 @@ def agreement_on(kind: _Kind, seqs, batch_size: int = 8, max_len: int = 512) -> 
     return {**ev, "agreement": agreement(ev), "k4_rate": k_rate(accs)}
 
 
+def vllm_acceptance(runs, method: str, workload: str) -> dict:
+    """vLLM's own count on ``method``'s cells of ``workload`` at T = 0 (ok runs of a profile's
+    stored rows): accepted over drafted tokens, and the cells it comes from, so that a
+    replay keeps what it is compared with beside it."""
+    r = runs[(runs["method"] == method) & (runs["workload"] == workload) & (runs["status"] == "ok")
+             & (runs["temperature"].astype(float) == 0.0)]
+    if r.empty:
+        raise SystemExit(f"no ok rows of {method} on {workload} at T = 0")
+    return {"vllm_acceptance": round(float(r["spec_num_accepted_tokens"].sum()
+                                           / r["spec_num_draft_tokens"].sum()), 4),
+            "cells": sorted(set(r["cell_id"])), "rows_git_commit": sorted(set(r["git_commit"]))}
+
+
 def replay(profile: str, method: str, artifacts_dir: Path, target_path: Path, val: int = 64) -> dict:
     """The training code's agreement, here on the CPU, on the very sequences vLLM generated in
     ``profile``'s cells of ``method`` at T = 0 (prompt + output tokens, as stored), and on the
@@ -616,6 +705,7 @@ def replay(profile: str, method: str, artifacts_dir: Path, target_path: Path, va
     toks = toks[(toks["method"] == method) & (toks["temperature"].astype(float) == 0.0)]
     if toks.empty:
         raise SystemExit(f"{profile}: no stored outputs of {method} at T = 0")
+    runs = store.load_runs(profile)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     kind = load_kind(art, Target(str(target_path), torch.device("cpu")))
     out = {"artifact": name, "method": method, "profile": profile,
@@ -631,7 +721,7 @@ def replay(profile: str, method: str, artifacts_dir: Path, target_path: Path, va
                    workloads.load_prompts(prof.workload(wl), prof, tokenizer=str(target_path))}
         seqs = [(np.array(list(prompts[r.prompt_id]) + [int(x) for x in r.output_token_ids]),
                  len(prompts[r.prompt_id])) for r in rows.drop_duplicates("prompt_id").itertuples()]
-        out["workloads"][wl] = {"requests": len(seqs),
+        out["workloads"][wl] = {"requests": len(seqs), **vllm_acceptance(runs, method, wl),
                                 **{k: round(v, 4) for k, v in agreement_on(kind, seqs).items()}}
         print(f"{wl}: {out['workloads'][wl]}", flush=True)
     seqs, digest = data_mod.load_sequences(data_mod.DATA_RECORD / data_mod.DATA_XZ)
@@ -645,17 +735,17 @@ def replay(profile: str, method: str, artifacts_dir: Path, target_path: Path, va
 
 def train_all(names, target_path: str, data_path: Path, out_root: Path,
               max_steps: int | dict | None = None, deadline: float | None = None,
-              recipes: dict | None = None, feature_cache: int = 0) -> dict:
+              recipes: dict | None = None) -> dict:
     """Train the named artifacts in order; returns {name: manifest or error}, a manifest with
     ``curve`` ({``<name>-c<i>``: step}, :func:`.artifacts.curve`) where the run has one. ``deadline``
     (time.time()): no run goes past it, less 30 s (its safety cap is cut to fit; one that would
     start after it is an error, not a run). ``max_steps``: one cap for all, or one per name;
-    ``recipes``: default :data:`recipes.ALL`; ``feature_cache``: :class:`Target`'s ``cache_size``."""
+    ``recipes``: default :data:`recipes.ALL`."""
     from .recipes import ALL
 
     recipes = recipes or ALL
     seqs, digest = data_mod.load_sequences(data_path)
-    target = Target(target_path, device(), cache_size=feature_cache)
+    target = Target(target_path, device())
     done = {}
     for name in names:
         r = recipes[name]
