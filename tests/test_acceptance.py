@@ -329,7 +329,7 @@ def test_speedups_above_the_tokens_per_step_are_named_with_their_baselines():
     assert acceptance.unread_speedups(ok).startswith("every speculative cell's speedup lies within")
 
 
-def _plateau_records(root, stopped_by="time_cap"):
+def _plateau_records(root, stopped_by="time_cap", recipe=None):
     """A whole-data run with evaluations at 125 … 1000 (checkpoints) and one checkpoint
     artifact (-c1, step 250), as a lease's records.tgz unpacks into data/plateau."""
     evals = [{"step": 0, "train_s": 0.0, "acc1": 0.0, "acc2": 0.0, "acc3": 0.0, "loss": 9.0}]
@@ -342,7 +342,7 @@ def _plateau_records(root, stopped_by="time_cap"):
            "data_fraction": 1.0, "train_s": 100.0}
     (root / "smollm2-eagle3").mkdir(parents=True)
     (root / "smollm2-eagle3" / "manifest.json").write_text(json.dumps(
-        {"artifact": "smollm2-eagle3", "method": "eagle3", "run": run}))
+        {"artifact": "smollm2-eagle3", "method": "eagle3", "run": run, **({"recipe": recipe} if recipe else {})}))
     (root / "smollm2-eagle3-c1").mkdir()
     (root / "smollm2-eagle3-c1" / "manifest.json").write_text(json.dumps(
         {"artifact": "smollm2-eagle3-c1", "method": "eagle3", "checkpoint_of": "smollm2-eagle3",
@@ -381,12 +381,14 @@ def test_plateau_sentences_say_why_a_run_stopped(tmp_path):
     curves = acceptance.plateau_curves(tmp_path / "a")
     said = acceptance.plateau_sentence(curves)
     assert "1000 steps, 100 s of training on an H100" in said and "stopped by time cap" in said
-    assert "(500 to 1000 steps) gained 10.0 points" in said
+    assert "(500 to 1000 steps) gained 10.0 points of agreement" in said  # the whole (recorded)
     short = acceptance.plateau_short(acceptance.plateau_measured(_plateau_summary(), tmp_path / "a"),
                                      curves)
     assert short.startswith("eagle3 25% (20%–30%) after 100 s") and "not yet at its plateau" in short
-    _plateau_records(tmp_path / "b", stopped_by="plateau")
+    _plateau_records(tmp_path / "b", stopped_by="plateau", recipe={"plateau_on": "first_tokens"})
     curves = acceptance.plateau_curves(tmp_path / "b")
+    assert "gained 10.0 points of agreement over the first 64 tokens" in \
+        acceptance.plateau_sentence(curves)  # what the rule watched
     short = acceptance.plateau_short(acceptance.plateau_measured(_plateau_summary(), tmp_path / "b"),
                                      curves)
     assert "stopped by plateau)" in short and "not yet" not in short

@@ -639,10 +639,12 @@ def plateau_curves(root: Path | None = None) -> pd.DataFrame:
                          "predicted K=4 rate": k_rate(accs),
                          "first-64 agreement": agreement(first) if first else np.nan,
                          "checkpoint": ev.get("checkpoint"), "stopped by": run.get("stopped_by"),
+                         # what the plateau rule watched (recipes before lease 25: the whole)
+                         "plateau on": man.get("recipe", {}).get("plateau_on", "whole"),
                          "device": run.get("device_name"), "data fraction": run.get("data_fraction")})
     return pd.DataFrame(rows, columns=["artifact", "method", "step", "training (s)", "agreement",
                                        "predicted K=4 rate", "first-64 agreement", "checkpoint",
-                                       "stopped by", "device", "data fraction"])
+                                       "stopped by", "plateau on", "device", "data fraction"])
 
 
 def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:
@@ -711,8 +713,10 @@ def plateau_sentence(curves: pd.DataFrame) -> str:
         gain = ""
         if len(sched) >= 2:
             a, b = sched.iloc[-2], sched.iloc[-1]
+            col, what = (("first-64 agreement", "agreement over the first 64 tokens")
+                         if last["plateau on"] == "first_tokens" else ("agreement", "agreement"))
             gain = (f"; its last doubling ({int(a['step'])} to {int(b['step'])} steps) gained "
-                    f"{100 * (b['agreement'] - a['agreement']):.1f} points")
+                    f"{100 * (b[col] - a[col]):.1f} points of {what}")
         parts.append(f"{name}: {int(last['step'])} steps, {last['training (s)']:.0f} s of training "
                      f"on an {str(last['device']).replace('NVIDIA ', '')}, held-out agreement "
                      f"{last['agreement']:.0%}, stopped by "
