@@ -374,6 +374,10 @@ def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):
     assert m.loc["smollm2-eagle3", "vLLM: mean"] == pytest.approx(0.25)
     assert m.loc["smollm2-eagle3", "vLLM: mtbench"] == pytest.approx(0.30)
     assert acceptance.plateau_measured(_plateau_summary().iloc[0:0], tmp_path).empty
+    # a Medusa record is measured as its K-head variant (<record>-k4): read with its record
+    medusa = _plateau_summary().assign(draft=lambda d: d["draft"] + "-k4")
+    m = acceptance.plateau_measured(medusa, tmp_path).set_index("artifact")
+    assert m.loc["smollm2-eagle3", "step"] == 1000 and m.loc["smollm2-eagle3-c1", "step"] == 250
 
 
 def test_plateau_sentences_say_why_a_run_stopped(tmp_path):

@@ -13,6 +13,7 @@ is accepted in a step only if positions 1..i-1 were, so the per-position rates f
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -661,6 +662,10 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
     curves = plateau_curves(root)
     rows = []
     for (profile, method, draft), g in s.groupby(["profile", "method", "draft"]):
+        # a Medusa artifact is measured as its K-head variant, <record>-k<K> (artifacts.medusa_variants)
+        k_variant = re.fullmatch(r"(.+)-k\d+", draft)
+        if not (root / draft).is_dir() and k_variant and (root / k_variant[1]).is_dir():
+            draft = k_variant[1]
         man = json.loads((root / draft / "manifest.json").read_text()) \
             if (root / draft / "manifest.json").is_file() else {}
         parent = man.get("checkpoint_of", draft)
