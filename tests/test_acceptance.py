@@ -374,6 +374,13 @@ def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):
     assert m.loc["smollm2-eagle3", "vLLM: mean"] == pytest.approx(0.25)
     assert m.loc["smollm2-eagle3", "vLLM: mtbench"] == pytest.approx(0.30)
     assert acceptance.plateau_measured(_plateau_summary().iloc[0:0], tmp_path).empty
+    from specdec import plots_trained
+
+    fig = plots_trained.learning_curves(curves, m.reset_index())
+    left, right = fig.axes[:2]
+    assert [ln.get_label() for ln in left.get_lines()] == \
+        ["smollm2-eagle3", "smollm2-eagle3: first 64 tokens"]
+    assert list(left.get_lines()[1].get_ydata()) == pytest.approx([0.25, 0.35, 0.45, 0.55])
     # a Medusa record is measured as its K-head variant (<record>-k4): read with its record
     medusa = _plateau_summary().assign(draft=lambda d: d["draft"] + "-k4")
     m = acceptance.plateau_measured(medusa, tmp_path).set_index("artifact")

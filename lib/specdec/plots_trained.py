@@ -127,7 +127,8 @@ def training_curves(logs: pd.DataFrame,
 def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
                     title: str = "Learning curves of the plateau trainings") -> Figure:
     """Left: held-out agreement (mean over draft positions) against training seconds, one line
-    per whole-data run (:func:`specdec.acceptance.plateau_curves`). Right: the K = 4 acceptance
+    per whole-data run (:func:`specdec.acceptance.plateau_curves`), dotted over each held-out
+    sequence's first 64 tokens where the run recorded it. Right: the K = 4 acceptance
     rate that agreement predicts (line, open markers) beside vLLM's, measured on the checkpoints
     (filled markers: mean over the workloads, bars: their range;
     :func:`specdec.acceptance.plateau_measured`)."""
@@ -146,6 +147,10 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
         g = g.sort_values("step")
         colour = palette[g["method"].iloc[0]]
         left.plot(g["training (s)"], g["agreement"], marker="o", color=colour, label=name)
+        first = g.dropna(subset=["first-64 agreement"])  # recorded from lease 25 on
+        if len(first):
+            left.plot(first["training (s)"], first["first-64 agreement"], marker=".", color=colour,
+                      linestyle=":", label=f"{name}: first 64 tokens")
         right.plot(g["training (s)"], g["predicted K=4 rate"], marker="o", markerfacecolor="white",
                    color=colour, linestyle="--", label=f"{name}: predicted from held-out")
         m = measured[measured["run"] == name] if not measured.empty else measured

@@ -235,11 +235,16 @@ def check_prompt_lengths(profile: Profile, todo: Sequence[PlannedCell]) -> None:
     fits ``engine.max_model_len``: else a ProfileError naming the workload and its prompt,
     before an engine starts (lease 25 spent engine time on ShareGPT prompts of 2821 tokens
     that vLLM refused, cell by cell). Workloads of text without a tokenizer (config-only
-    models) are not checked."""
+    models), or where transformers is not installed (a book-only venv's dry run; the machine
+    that starts the engines has it), are not checked."""
     from . import workloads
 
     names = sorted({pc.cell.workload for pc in todo})
     if not names:
+        return
+    try:
+        import transformers  # noqa: F401 - the tokenizer
+    except ImportError:
         return
     tokenizer = models.tokenizer_path(profile)
     if tokenizer is None:
