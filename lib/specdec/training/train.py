@@ -771,6 +771,7 @@ def train_all(names, target_path: str, data_path: Path, out_root: Path,
 
             traceback.print_exc()
             done[name] = {"error": f"{type(e).__name__}: {e}"}
+        target.store = None  # a run that failed left its features (24 GB for EAGLE-3) behind
         if target.model.device.type == "cuda":
             torch.cuda.empty_cache()
     return done
