@@ -99,7 +99,7 @@ def test_length_grouped_batches_pad_less_and_cover_every_sequence():
     assert [x["nlen"].tolist() for x in grouped] == [x["nlen"].tolist() for x in epoch(True)[0]]
     assert [x["nlen"].tolist() for x in grouped] != [x["nlen"].tolist() for x in epoch(True, 1)[0]]
     with pytest.raises(ValueError, match="batching"):
-        train._grouped({"batching": "sorted"})
+        train.option({"batching": "sorted"}, "batching")
 
 
 @pytest.fixture(scope="module")

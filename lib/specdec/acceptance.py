@@ -21,7 +21,7 @@ import pandas as pd
 
 from . import adaptive, protocol, surface, theory
 from .training.data import PLATEAU
-from .training.recipes import agreement, k_rate
+from .training.recipes import agreement, k_rate, option
 
 #: The two machines that measured the recorded artifacts (data/trained/).
 PROFILES = ("cpu-trained", "h200-trained")
@@ -641,7 +641,7 @@ def plateau_curves(root: Path | None = None) -> pd.DataFrame:
                          "first-64 agreement": agreement(first) if first else np.nan,
                          "checkpoint": ev.get("checkpoint"), "stopped by": run.get("stopped_by"),
                          # what the plateau rule watched (recipes before lease 25: the whole)
-                         "plateau on": man.get("recipe", {}).get("plateau_on", "whole"),
+                         "plateau on": option(man.get("recipe", {}), "plateau_on"),
                          "device": run.get("device_name"), "data fraction": run.get("data_fraction")})
     return pd.DataFrame(rows, columns=["artifact", "method", "step", "training (s)", "agreement",
                                        "predicted K=4 rate", "first-64 agreement", "checkpoint",

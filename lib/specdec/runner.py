@@ -246,12 +246,9 @@ def check_prompt_lengths(profile: Profile, todo: Sequence[PlannedCell]) -> None:
         import transformers  # noqa: F401 - the tokenizer
     except ImportError:
         return
-    tokenizer = models.tokenizer_path(profile)
-    if tokenizer is None:
-        return
     limit = profile.engine.max_model_len - profile.sampling.max_tokens
-    for name in names:
-        for p in workloads.load_prompts(profile.workload(name), profile, tokenizer=tokenizer):
+    for name in names:  # (prompts without a tokenizer stay text: token_ids None)
+        for p in workloads.load_prompts(profile.workload(name), profile):
             if p.token_ids is not None and len(p.token_ids) > limit:
                 raise profiles.ProfileError(
                     f"{profile.name}: workloads[{name}]: prompt {p.prompt_id} has "

@@ -113,12 +113,28 @@ DATA = {"train_prompts": 20480, "generated_prompts": 20480, "max_prompt_tokens":
         # default for LLM) does; the data step records its seconds to check it
         "max_num_seqs": 1024}
 
+#: The recipe keys that choose one way among several, the first being how a recipe that
+#: lacks the key ran (recorded before the key existed: lease 24's plateau runs and earlier had
+#: random batches and the whole-sequence rule, lease 25's the target's forward every step).
+OPTIONS = {"batching": ("random", "length-grouped"),
+           "plateau_on": ("whole", "first_tokens"),
+           "target_features": ("per-step", "precomputed")}
+
+
+def option(recipe: dict, key: str) -> str:
+    """``recipe[key]`` among :data:`OPTIONS` (its first where the recipe lacks it); another
+    value is an error, raised before any work."""
+    value = recipe.get(key, OPTIONS[key][0])
+    if value not in OPTIONS[key]:
+        raise ValueError(f"{key}: {value!r} ({' or '.join(OPTIONS[key])})")
+    return value
+
+
 #: What a recipe recorded before issue 21 lacks, as those runs ran it: cosine learning rate,
-#: no evaluation between the first and the last step, the whole data.
+#: no evaluation between the first and the last step, the whole data; and the
+#: :data:`OPTIONS` as the recorded runs ran them.
 _BEFORE_PLATEAU = {"lr_schedule": "cosine", "eval_first_step": 0, "data_fraction": 1.0,
-                   # before lease 25 (recorded runs, lease 24's plateau runs included);
-                   # lease 25's runs recorded batching and plateau_on, not target_features
-                   "batching": "random", "plateau_on": "whole", "target_features": "per-step"}
+                   **{k: ways[0] for k, ways in OPTIONS.items()}}
 
 
 def as_recorded(records: Path) -> dict[str, dict]:

@@ -23,6 +23,7 @@ trained on, the same for every ``data_fraction``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -35,7 +36,7 @@ import torch.nn.functional as F
 from . import artifacts
 from . import data as data_mod
 from . import heads as H
-from .recipes import WORKLOAD_TOKENS, agreement, k_rate  # noqa: F401 - train.agreement, train.k_rate
+from .recipes import OPTIONS, WORKLOAD_TOKENS, agreement, k_rate, option  # noqa: F401 - train.k_rate
 
 
 def device() -> torch.device:
@@ -63,11 +64,21 @@ class Target:
             else self.model.lm_head.weight.detach().clone()
         self.dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         self.model.to(self.dtype)
-        #: the :class:`FeatureStore` of the run going on (``train`` sets it, then drops it)
+        #: the :class:`FeatureStore` of the run going on (:meth:`reading`)
         self.store = None
         if dev.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
+
+    @contextlib.contextmanager
+    def reading(self, store: "FeatureStore | None"):
+        """Batches with ``rows`` read ``store`` within the block; it is dropped after it, the
+        run failed or not (24 GB for EAGLE-3's, on the GPU the next run needs)."""
+        self.store = store
+        try:
+            yield store
+        finally:
+            self.store = None
 
     @torch.no_grad()
     def hidden(self, ids, mask, aux_layers=()):
@@ -130,8 +141,7 @@ class FeatureStore:
         return torch.as_tensor(np.where(pos < lens, offs + pos, 0))
 
     def read(self, rows, aux_layers=()):
-        if tuple(aux_layers) != self.aux_layers[:len(aux_layers)] or \
-                (aux_layers and self.aux is None):
+        if tuple(aux_layers) not in ((), self.aux_layers):  # (a prefix would read all of them)
             raise ValueError(f"the store holds aux layers {self.aux_layers}, not {tuple(aux_layers)}")
         return self.h[rows], (self.aux[rows] if aux_layers else None)
 
@@ -407,22 +417,14 @@ def plateaued(points: list[dict], delta: float | None, on: str = "whole") -> boo
     last, half = points[-1], points[-2]
     if last["step"] != 2 * half["step"]:
         raise ValueError(f"not a doubling: steps {half['step']} and {last['step']}")
-    if on not in ("whole", "first_tokens"):
-        raise ValueError(f"plateau_on: {on!r} (whole or first_tokens)")
+    option({"plateau_on": on}, "plateau_on")
     value = (lambda e: e["agreement"]) if on == "whole" else (lambda e: agreement(e["first_tokens"]))
     return value(last) - value(half) < delta
 
 
-def _precomputed(recipe: dict) -> bool:
-    features = recipe.get("target_features", "per-step")
-    if features not in ("per-step", "precomputed"):
-        raise ValueError(f"target_features: {features!r} (per-step or precomputed)")
-    return features == "precomputed"
-
-
 def _store(name: str, recipe: dict, target: Target, seqs) -> FeatureStore | None:
     """The :class:`FeatureStore` of ``seqs`` where ``recipe`` precomputes the target's features."""
-    if not _precomputed(recipe):
+    if option(recipe, "target_features") != "precomputed":
         return None
     store = FeatureStore(target, seqs, recipe["max_len"], recipe.get("aux_layers", ()),
                          recipe["batch_size"])
@@ -430,12 +432,6 @@ def _store(name: str, recipe: dict, target: Target, seqs) -> FeatureStore | None
           f"({len(store.h) - 1} tokens) computed once in {store.seconds:.0f} s", flush=True)
     return store
 
-
-def _grouped(recipe: dict) -> bool:
-    batching = recipe.get("batching", "random")
-    if batching not in ("random", "length-grouped"):
-        raise ValueError(f"batching: {batching!r} (random or length-grouped)")
-    return batching == "length-grouped"
 
 
 def _lr(recipe: dict, step: int, steps_cap: int) -> float:
@@ -478,7 +474,8 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
                             weight_decay=recipe["weight_decay"])
     steps_cap = max_steps if max_steps is not None else recipe["max_steps"]
     cap_s = safety_cap_s if safety_cap_s is not None else recipe["safety_cap_s"]
-    _grouped(recipe), _precomputed(recipe)  # a recipe's bad value fails before any work
+    for key in OPTIONS:  # a recipe's bad value fails before any work
+        option(recipe, key)
     val_batches, early_batches = (
         Batches(v, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev).in_order()
         for v in (val_seqs, first_tokens(val_seqs)))
@@ -497,58 +494,57 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     paused = 0.0  # seconds spent evaluating and exporting, left out of train_s
     evals: list[dict] = []
     # the target's features of the training sequences, once (in train_s: it is training time)
-    store = target.store = _store(name, recipe, target, train_seqs)
-    if store is not None:
-        base["features_s"] = round(store.seconds, 2)
-    it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev,
-                 grouped=_grouped(recipe), store=store)
+    with target.reading(_store(name, recipe, target, train_seqs)) as store:
+        if store is not None:
+            base["features_s"] = round(store.seconds, 2)
+        it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev,
+                     grouped=option(recipe, "batching") == "length-grouped", store=store)
 
-    def evaluation(step: int, scheduled: bool) -> dict:
-        nonlocal paused
-        t = time.perf_counter()
-        ev = {"step": step, "train_s": round(t - t0 - paused, 2), **evaluate(kind, val_batches)}
-        ev["agreement"] = agreement(ev)
-        ev["first_tokens"] = {k: v for k, v in evaluate(kind, early_batches).items()
-                              if k.startswith("acc")}
-        if scheduled:
-            ev["checkpoint"] = f"{CHECKPOINTS}/step{step:06d}"
-            cman = export.export(name, recipe, kind, target, out_dir / ev["checkpoint"],
-                                 data_sha256, {**base, "steps": step, "checkpoint": True,
-                                               "final_eval": dict(ev)})
-            ev["weights_sha256"] = cman["files"][export.WEIGHTS]
-        emit({"event": "eval", **ev})
-        print(f"[train] {name} step {step}: held-out agreement {ev['agreement']:.3f} "
-              f"({agreement(ev['first_tokens']):.3f} on the first {WORKLOAD_TOKENS} tokens), "
-              f"loss {ev['loss']:.3f}, {ev['train_s']:.0f} s of training", flush=True)
-        evals.append(ev)
-        paused += time.perf_counter() - t
-        return ev
+        def evaluation(step: int, scheduled: bool) -> dict:
+            nonlocal paused
+            t = time.perf_counter()
+            ev = {"step": step, "train_s": round(t - t0 - paused, 2), **evaluate(kind, val_batches)}
+            ev["agreement"] = agreement(ev)
+            ev["first_tokens"] = {k: v for k, v in evaluate(kind, early_batches).items()
+                                  if k.startswith("acc")}
+            if scheduled:
+                ev["checkpoint"] = f"{CHECKPOINTS}/step{step:06d}"
+                cman = export.export(name, recipe, kind, target, out_dir / ev["checkpoint"],
+                                     data_sha256, {**base, "steps": step, "checkpoint": True,
+                                                   "final_eval": dict(ev)})
+                ev["weights_sha256"] = cman["files"][export.WEIGHTS]
+            emit({"event": "eval", **ev})
+            print(f"[train] {name} step {step}: held-out agreement {ev['agreement']:.3f} "
+                  f"({agreement(ev['first_tokens']):.3f} on the first {WORKLOAD_TOKENS} tokens), "
+                  f"loss {ev['loss']:.3f}, {ev['train_s']:.0f} s of training", flush=True)
+            evals.append(ev)
+            paused += time.perf_counter() - t
+            return ev
 
-    evaluation(0, False)
-    next_eval = recipe["eval_first_step"] or None
-    step, stop = 0, None
-    while stop is None:
-        lr = _lr(recipe, step, steps_cap)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        loss, met, gn = _update(kind, opt, params, next(it), recipe["grad_clip"])
-        step += 1
-        if step % recipe["log_every"] == 0 or step == 1:
-            emit({"event": "train", "step": step, "elapsed_s": round(time.perf_counter() - t0, 2),
-                  "loss": float(loss.detach()), "lr": lr, "grad_norm": float(gn),
-                  **{k: float(v) for k, v in met.items()}})
-        if step == next_eval:
-            evaluation(step, True)
-            next_eval *= 2
-            if plateaued([e for e in evals if "checkpoint" in e], recipe["plateau_delta"],
-                         recipe.get("plateau_on", "whole")):
-                stop = "plateau"
-        if stop is None and step >= steps_cap:
-            stop = "max_steps"
-        elif stop is None and cap_s and time.perf_counter() - t0 >= cap_s:
-            stop = "time_cap"  # a safety cap (wall clock, evaluations included), not a budget
-    final = evals[-1] if evals[-1]["step"] == step else evaluation(step, False)
-    target.store = it.store = store = None  # its memory goes back before the next run
+        evaluation(0, False)
+        next_eval = recipe["eval_first_step"] or None
+        step, stop = 0, None
+        while stop is None:
+            lr = _lr(recipe, step, steps_cap)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            loss, met, gn = _update(kind, opt, params, next(it), recipe["grad_clip"])
+            step += 1
+            if step % recipe["log_every"] == 0 or step == 1:
+                emit({"event": "train", "step": step, "elapsed_s": round(time.perf_counter() - t0, 2),
+                      "loss": float(loss.detach()), "lr": lr, "grad_norm": float(gn),
+                      **{k: float(v) for k, v in met.items()}})
+            if step == next_eval:
+                evaluation(step, True)
+                next_eval *= 2
+                if plateaued([e for e in evals if "checkpoint" in e], recipe["plateau_delta"],
+                             option(recipe, "plateau_on")):
+                    stop = "plateau"
+            if stop is None and step >= steps_cap:
+                stop = "max_steps"
+            elif stop is None and cap_s and time.perf_counter() - t0 >= cap_s:
+                stop = "time_cap"  # a safety cap (wall clock, evaluations included), not a budget
+        final = evals[-1] if evals[-1]["step"] == step else evaluation(step, False)
     wall_s = time.perf_counter() - t0
     emit({"event": "end", "steps": step, "stopped_by": stop, "train_s": final["train_s"],
           "wall_s": round(wall_s, 2), "device": str(dev), "torch": torch.__version__})
@@ -590,9 +586,9 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup
     # a step's cost does not depend on how many sequences there are: the first 4096 (their
     # features, where the recipe precomputes them, cost in proportion: features_s_per_1000)
     sample = train_seqs[:4096]
-    store = target.store = _store(name, recipe, target, sample)
+    store = _store(name, recipe, target, sample)
     it = Batches(sample, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev,
-                 grouped=_grouped(recipe), store=store)
+                 grouped=option(recipe, "batching") == "length-grouped", store=store)
     aux = recipe.get("aux_layers", ())
     phases: dict[str, list[float]] = {"features": [], "loss": [], "backward": [], "optimizer": []}
 
@@ -618,20 +614,20 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup
 
         _update(kind, opt, params, b, recipe["grad_clip"], mark)
 
-    for _ in range(warmup):
-        step(False)
-    for _ in range(steps):
-        step(True)
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step(False)
-    sync()
+    with target.reading(store):
+        for _ in range(warmup):
+            step(False)
+        for _ in range(steps):
+            step(True)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(False)
+        sync()
     out = {k: float(np.median(v)) for k, v in phases.items()}
     out["step_s"] = (time.perf_counter() - t0) / steps
     if store is not None:
         out["features_s_per_1000"] = store.seconds * 1000 / len(sample)
-    target.store = None
     out.update(name=name, steps=steps, batch_size=recipe["batch_size"], max_len=recipe["max_len"],
                device=torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu")
     return out
@@ -771,7 +767,6 @@ def train_all(names, target_path: str, data_path: Path, out_root: Path,
 
             traceback.print_exc()
             done[name] = {"error": f"{type(e).__name__}: {e}"}
-        target.store = None  # a run that failed left its features (24 GB for EAGLE-3) behind
         if target.model.device.type == "cuda":
             torch.cuda.empty_cache()
     return done
