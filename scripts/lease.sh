@@ -41,7 +41,10 @@
 #                                                 checkpoints, first 4 parts + index + logs to $OUT
 #   scripts/lease.sh train bg STEP [ARGS...]      a train step longer than a call (data of 20480
 #                                                 prompts, fit to a plateau) in the background,
-#                                                 from a copy of the tree; follow it with `wait`
+#                                                 from a copy of the tree; follow it with `wait`;
+#                                                 with THEN="SECONDS PROFILE EXP..." (and COMMIT,
+#                                                 THEN_END, DRY_RUN) then `train install` and
+#                                                 `measure` in the same run
 #   scripts/lease.sh train bench [--only A]...    where each artifact's training step goes (after
 #                                                 `train data`; ~20 s each): bench.json to $OUT
 #   scripts/lease.sh train pack [--only A]...     the trained artifacts' weights in 15 MB parts,
@@ -53,7 +56,8 @@
 #                                                 h200-trained (h200-plateau) finds them; then
 #                                                 `measure COMMIT SECONDS h200-trained ...`
 #
-# An EXPERIMENT written peer:NAME runs vLLM's own `bench latency` on NAME's cells (specdec.peer).
+# An EXPERIMENT written peer:NAME runs vLLM's own `bench latency` on NAME's cells (specdec.peer);
+# A+B runs experiments A and B in one `specdec run` (their engines in one queue).
 # COMMIT is the committed, clean commit of the working tree that travelled (a copy has no
 # .git): the rows are stamped with it. Experiments run in the order given, each with what is
 # left of the budget, so the most important come first and the rest stay pending.
@@ -166,7 +170,9 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
         --budget "$left" 2>&1 | tee -a /tmp/run.log
       continue
     fi
-    python3 -m specdec.cli run "$profile" -e "$exp" $first_panel $cellargs --results-root /tmp/results \
+    # A+B: one run of both (a profile with concurrent engines starts B's while A's finish)
+    eargs=""; for e in ${exp//+/ }; do eargs="$eargs -e $e"; done
+    python3 -m specdec.cli run "$profile" $eargs $first_panel $cellargs --results-root /tmp/results \
       --budget "$left" 2>&1 | grep --line-buffered -v "it/s\]$" | tee -a /tmp/run.log
     first_panel=""
   done
@@ -215,6 +221,7 @@ wait)
     # The machine goes back when the session is idle for 30 s (a stalled client loses it):
     # every wait returns what has landed so far, so a lost machine costs only what came
     # after the last wait (lease 13 lost 20 minutes of rows this way).
+    cp /tmp/bgout/fit.json /tmp/bgout/records.tgz "$OUT/" 2>/dev/null  # a training before it
     pack_out "$OUT" /tmp/tree && cp /tmp/bg.log "$OUT/" 2>/dev/null \
       && echo "so far: $(tar tzf "$OUT/results.tgz" | grep -c 'runs.parquet$') cell(s) in results.tgz"
     echo "background run still going"
@@ -246,8 +253,13 @@ train)
   if [ "$sub" = bg ]; then
     # As `bg` for measuring (bg_tree, bg_start); `scripts/lease.sh wait SECONDS` follows it
     # and, once it has ended, returns its $OUT (parts, index, logs).
+    # THEN="SECONDS PROFILE EXP..." (with COMMIT, THEN_END epoch and DRY_RUN): once the step
+    # has ended well, install what it trained and measure it, in the same background run (no
+    # call boundary between training and measuring; lease 25 lost minutes there).
+    then=""
+    [ -n "${THEN:-}" ] && then="&& bash scripts/lease.sh train install && LEASE_DEADLINE=${THEN_END:?THEN_END} bash scripts/lease.sh measure ${COMMIT:?COMMIT} $THEN"
     bg_tree
-    printf 'cd /tmp/tree; export OUT=/tmp/bgout; bash scripts/lease.sh train %s; echo "bg-end rc=$? $(date -u +%%H:%%M:%%S)"; touch /tmp/bgout/.done\n' "$*" > /tmp/bg.sh
+    printf 'cd /tmp/tree; export OUT=/tmp/bgout; bash scripts/lease.sh train %s %s; echo "bg-end rc=$? $(date -u +%%H:%%M:%%S)"; touch /tmp/bgout/.done\n' "$*" "$then" > /tmp/bg.sh
     bg_start
     echo "background train $* started: pid $(cat /tmp/bg.pid)"
     exit 0

@@ -324,3 +324,19 @@ def test_protocol_2_method_env_and_panel():
     data["protocol"]["panel_experiment"] = "nope"
     with pytest.raises(P.ProfileError, match=r"protocol\.panel_experiment: no experiment named 'nope'"):
         P.profile_from_dict(data)
+
+
+def test_a_profile_may_start_from_another(tmp_path, monkeypatch):
+    """``base``: the base profile's top-level keys under the file's own; h100-plateau, written so
+    after its rows were stored, keeps every cell id (the stored-files test above); a base that
+    is no other profile is refused by name."""
+    monkeypatch.setattr(paths, "PROFILES_DIR", tmp_path)
+    data = _minimal()
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump({**data, "name": "a"}))
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump({"base": "a", "name": "b", "repeats": 5}))
+    a, b = P.load_profile("a"), P.load_profile("b")
+    assert b.repeats == 5 and b.methods == a.methods and b.experiments == a.experiments
+    for bad in ("b2", "nosuch"):  # itself; no such profile
+        (tmp_path / "b2.yaml").write_text(yaml.safe_dump({"base": bad, "name": "b2"}))
+        with pytest.raises(P.ProfileError, match="base"):
+            P.load_profile("b2")

@@ -33,6 +33,9 @@ FAKE_WORKER = textwrap.dedent('''
 
     class FakeLLM:
         def __init__(self, spec_cfg):
+            if os.environ.get("FAKE_SPAN_LOG"):  # when each engine was built (ready)
+                with open(os.environ["FAKE_SPAN_LOG"], "a") as fh:
+                    fh.write(f"{os.getpid()} ready {time.time()}" + chr(10))
             if os.environ.get("FAKE_AFFINITY_FILE"):  # what the engine was started with
                 open(os.environ["FAKE_AFFINITY_FILE"], "w").write(
                     ",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
@@ -55,6 +58,10 @@ FAKE_WORKER = textwrap.dedent('''
                 time.sleep(600)
             if n == RAISE_BATCH:
                 raise RuntimeError("bad batch")
+            if os.environ.get("FAKE_SPAN_LOG"):  # a slow engine, and when it generated
+                time.sleep(0.2)
+                with open(os.environ["FAKE_SPAN_LOG"], "a") as fh:
+                    fh.write(f"{os.getpid()} generated {time.time()}" + chr(10))
             self.drafts += n * 2
             out = []
             for p in prompts:
@@ -557,3 +564,64 @@ def test_host_shares_stay_within_0_and_100_when_iowait_steps_back():
     busy, steal = HostCounters.shares(t0, T(10.2, 0.0, 5.0, 0.0, 0.0, 100.6, 3.0, 0.7))
     assert busy == pytest.approx(20.0) and steal == pytest.approx(20.0)
     assert HostCounters.shares(t0, t0) is None
+
+
+def _acceptance_only(setup, concurrent):
+    path = Path(setup["profile"])
+    doc = yaml.safe_load(path.read_text())
+    for e in doc["experiments"]:
+        e["include_baseline"] = False
+    doc["protocol"] = {"concurrent_engines": concurrent}
+    path.write_text(yaml.safe_dump(doc))
+    return doc
+
+
+def test_concurrent_engines_overlap_each_started_once_the_one_before_is_ready(
+        setup, monkeypatch, tmp_path):
+    """protocol.concurrent_engines (acceptance-only campaigns): engines overlap, each built
+    after the one before it, every cell stored once; 1 keeps the hashes of the cells stored
+    before the field existed, more than 1 is in the hash."""
+    from specdec import profiles
+
+    _acceptance_only(setup, 1)
+    prof1 = profiles.load_profile(setup["profile"])
+    cells = profiles.expand(prof1)
+    doc = yaml.safe_load(Path(setup["profile"]).read_text())
+    del doc["protocol"]
+    Path(setup["profile"]).write_text(yaml.safe_dump(doc))
+    prof0 = profiles.load_profile(setup["profile"])
+    assert [profiles.cell_id(prof0, c) for c in cells] == [profiles.cell_id(prof1, c) for c in cells]
+    _acceptance_only(setup, 2)
+    prof2 = profiles.load_profile(setup["profile"])
+    assert not {profiles.cell_id(prof2, c) for c in cells} & {profiles.cell_id(prof1, c) for c in cells}
+
+    log = tmp_path / "spans"
+    monkeypatch.setenv("FAKE_SPAN_LOG", str(log))
+    res = _run(setup)
+    assert len(res["ok"]) == 3 and not res["failed"]  # ngram K2 b1, b2; K3 b1: two engines
+    runs = store.load_runs("fake", setup["results"])
+    assert (runs.groupby("cell_id").size() == 3).all()
+    spans: dict[str, dict[str, list[float]]] = {}
+    for pid, what, t in (ln.split() for ln in log.read_text().splitlines()):
+        spans.setdefault(pid, {}).setdefault(what, []).append(float(t))
+    assert len(spans) == 2
+    (a, b) = sorted(spans.values(), key=lambda d: d["ready"][0])
+    assert a["ready"][0] < b["ready"][0] < max(a["generated"])  # b ran while a generated
+
+
+def test_concurrent_engines_refused_where_speeds_are_compared(setup):
+    from specdec import profiles
+
+    doc = _acceptance_only(setup, 2)
+    doc["experiments"][0]["include_baseline"] = True
+    Path(setup["profile"]).write_text(yaml.safe_dump(doc))
+    with pytest.raises(profiles.ProfileError, match="concurrent_engines.*experiments a compare"):
+        profiles.load_profile(setup["profile"])
+    doc["experiments"][0]["include_baseline"] = False
+    doc["hardware"] = {"kind": "cuda", "label": "a GPU", "num_gpus": 1}
+    Path(setup["profile"]).write_text(yaml.safe_dump(doc))
+    with pytest.raises(profiles.ProfileError, match="kv_cache_memory_bytes"):
+        profiles.load_profile(setup["profile"])
+    doc["engine"]["kv_cache_memory_bytes"] = 2 ** 32
+    Path(setup["profile"]).write_text(yaml.safe_dump(doc))
+    assert profiles.load_profile(setup["profile"]).protocol.concurrent_engines == 2

@@ -328,7 +328,7 @@ def test_first_tokens_are_what_a_plateau_request_generates():
     max_tokens: the prediction from held-out agreement covers the positions vLLM measures."""
     from specdec.training.recipes import WORKLOAD_TOKENS
 
-    for name in ("h200-plateau", "h100-plateau"):
+    for name in ("h200-plateau", "h100-plateau-v2", "h100-plateau"):
         assert profiles.load_profile(name).sampling.max_tokens == WORKLOAD_TOKENS
 
 

@@ -309,3 +309,19 @@ def test_build_llm_refuses_an_engine_arg_the_harness_sets():
                           "tensor_parallel_size": 1, "load_format": "dummy",
                           "skip_tokenizer_init": True, "seed": 0}, "t", None, None,
                          {"max_model_len": 32})
+
+
+def test_build_llm_sets_the_kv_cache_size_on_a_gpu_only(monkeypatch):
+    """engine.kv_cache_memory_bytes reaches vLLM on a GPU (concurrent engines), not on a CPU."""
+    import vllm
+
+    from specdec import worker
+
+    seen = []
+    monkeypatch.setattr(vllm, "LLM", lambda **kw: seen.append(kw))
+    engine = {"dtype": "auto", "max_model_len": 64, "enforce_eager": True,
+              "tensor_parallel_size": 1, "load_format": "dummy", "skip_tokenizer_init": True,
+              "seed": 0, "gpu_memory_utilization": 0.3, "kv_cache_memory_bytes": 2 ** 32}
+    worker.build_llm({**engine, "device_kind": "cuda"}, "t", None, None)
+    worker.build_llm({**engine, "device_kind": "cpu"}, "t", None, None)
+    assert seen[0]["kv_cache_memory_bytes"] == 2 ** 32 and "kv_cache_memory_bytes" not in seen[1]

@@ -613,7 +613,7 @@ def model_free_sentence(rank: pd.DataFrame) -> str:
 #: evaluation, recipe, log; ``replay.json`` where the weights were evaluated again here).
 PLATEAU_RECORDS = PLATEAU
 #: The profiles that measure the plateau artifacts through vLLM (one per GPU model lent).
-PLATEAU_PROFILES = ("h200-plateau", "h100-plateau")
+PLATEAU_PROFILES = ("h200-plateau", "h100-plateau-v2", "h100-plateau")
 
 
 def plateau_curves(root: Path | None = None) -> pd.DataFrame:

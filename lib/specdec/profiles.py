@@ -7,7 +7,9 @@ and the experiments (grids over methods x K x batch x workload x temperature).
 Loading is strict: an unknown key anywhere, a wrong type, a missing field of a
 source's kind or a malformed file is a :class:`ProfileError` naming the file and
 the field (``profiles/foo.yaml: drafts[0].source.id: required key is missing``),
-before any engine starts.
+before any engine starts. A file may start from another (``base: <profile>``): its top-level
+keys replace the base's (a campaign repeated on another GPU or with another protocol, the
+grids unchanged).
 
 Why pydantic (v2) for the schema: vLLM's own configuration classes are pydantic
 models, so it is installed wherever vLLM is; and it gives what a hand-written
@@ -84,6 +86,11 @@ class Engine(_Schema):
     #: Passed verbatim as ``LLM(compilation_config=...)``; None = vLLM's default.
     compilation_config: dict[str, Any] | None = None
     max_num_seqs: PositiveInt | None = None
+    #: vLLM's ``kv_cache_memory_bytes`` (GPU): the KV cache's size, set instead of found by
+    #: vLLM's memory profiling, which takes memory that other processes allocate or free
+    #: meanwhile for its own (its assertion "Error in memory profiling"): needed where engines
+    #: share the device (``protocol.concurrent_engines``). In the hash only where set.
+    kv_cache_memory_bytes: PositiveInt | None = None
     seed: int = 0
     #: Environment variables set in the engine subprocess (e.g. VLLM_CPU_KVCACHE_SPACE).
     env: dict[str, str] = {}
@@ -303,6 +310,14 @@ class Protocol(_Schema):
     #: Cells of the profile measured at the start and the end of every lease (issue 19's
     #: control panel): cell ids of ``panel`` experiment's grid.
     panel_experiment: str | None = None
+    #: Engines measured at the same time on the one device (issue 21's learning curves: an
+    #: engine of a 135M target at batch 8 keeps the GPU mostly idle, and 8 checkpoints in turn
+    #: took 11 minutes of a lease). For campaigns of acceptance only: vLLM's acceptance counts
+    #: do not depend on what else runs on the device, its speeds do, so a profile with a
+    #: baseline (speedups) or a control panel cannot set it. Each engine starts once the one
+    #: before has reported ready (vLLM's memory profiling sees the whole device's memory).
+    #: Part of a cell's configuration hash where above 1.
+    concurrent_engines: PositiveInt = 1
 
     @property
     def interleaved(self) -> bool:
@@ -406,6 +421,17 @@ def _check_references(p: Profile) -> None:
             p.protocol.panel_experiment not in {e.name for e in p.experiments}:
         raise ProfileError(f"protocol.panel_experiment: no experiment named "
                            f"{p.protocol.panel_experiment!r}")
+    if p.protocol.concurrent_engines > 1:
+        if p.hardware.kind == "cuda" and p.engine.kv_cache_memory_bytes is None:
+            raise ProfileError("protocol.concurrent_engines: engines that share a GPU need "
+                               "engine.kv_cache_memory_bytes (vLLM's memory profiling counts the "
+                               "other engines' memory as its own)")
+        timed = [e.name for e in p.experiments if e.include_baseline]
+        if timed or p.protocol.panel_experiment is not None:
+            raise ProfileError(
+                f"protocol.concurrent_engines: engines that share the device measure acceptance, "
+                f"not speed; {'experiments ' + ', '.join(timed) + ' compare' if timed else 'a control panel compares'}"
+                f" speeds (set 1, or drop the baseline and the panel)")
     for m in p.protocol.remeasure_skip:
         if m not in {x.name for x in p.methods}:
             raise ProfileError(f"protocol.remeasure_skip: no method named {m!r}")
@@ -457,16 +483,29 @@ def load_profile(name_or_path: str | Path) -> Profile:
         known = ", ".join(sorted(p.stem for p in paths.PROFILES_DIR.glob("*.yaml")))
         raise ProfileError(f"unknown profile {str(name_or_path)!r} (known: {known})")
     where = paths.display(path)
+    prof = profile_from_dict(_profile_data(path), where)
+    if prof.name != path.stem:
+        raise ProfileError(f"{where}: name: {prof.name!r} must match the file name {path.stem!r}")
+    return prof
+
+
+def _profile_data(path: Path, seen: tuple = ()) -> dict:
+    """A profile file's mapping, its ``base`` profile's keys under its own (top level)."""
+    where = paths.display(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise ProfileError(f"{where}: malformed YAML: {e}") from None
     if not isinstance(data, Mapping):
         raise ProfileError(f"{where}: top level must be a mapping")
-    prof = profile_from_dict(data, where)
-    if prof.name != path.stem:
-        raise ProfileError(f"{where}: name: {prof.name!r} must match the file name {path.stem!r}")
-    return prof
+    data = dict(data)
+    if "base" not in data:
+        return data
+    base = data.pop("base")
+    base_path = paths.PROFILES_DIR / f"{base}.yaml"
+    if not isinstance(base, str) or not base_path.is_file() or base_path in (path, *seen):
+        raise ProfileError(f"{where}: base: {base!r} is not another profile of {paths.display(paths.PROFILES_DIR)}")
+    return {**_profile_data(base_path, (*seen, path)), **data}
 
 
 def list_profiles() -> list[str]:
@@ -575,10 +614,14 @@ def cell_config(profile: Profile, cell: Cell) -> dict[str, Any]:
     m = profile.method(cell.method)
     draft = profile.model(m.draft) if m.draft else None
     # remeasure_skip decides how often a cell is measured, not what: outside the hash
-    protocol = profile.protocol.model_dump(exclude={"remeasure_skip"})
+    # (and concurrent_engines where 1: the cells stored before it keep their hash)
+    protocol = profile.protocol.model_dump(
+        exclude={"remeasure_skip"} | ({"concurrent_engines"}
+                                      if profile.protocol.concurrent_engines == 1 else set()))
     return {
         "profile": profile.name,
-        "engine": profile.engine.model_dump(),
+        "engine": profile.engine.model_dump(
+            exclude={"kv_cache_memory_bytes"} if profile.engine.kv_cache_memory_bytes is None else set()),
         "target": profile.target.config_record(),
         "draft": draft.config_record() if draft else None,
         "speculative_config": speculative_config(profile, cell.method, cell.num_speculative_tokens,
@@ -592,7 +635,8 @@ def cell_config(profile: Profile, cell: Cell) -> dict[str, Any]:
         **({"method_env": dict(m.env)} if m.env else {}),
         **({"engine_args": dict(m.engine_args)} if m.engine_args else {}),
         **({"protocol": protocol}
-           if protocol != Protocol().model_dump(exclude={"remeasure_skip"}) else {}),
+           if protocol != Protocol().model_dump(exclude={"remeasure_skip", "concurrent_engines"})
+           else {}),
     }
 
 

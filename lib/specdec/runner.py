@@ -31,6 +31,10 @@ Protocol (the same on CPU and GPU):
    - peak memory: ``torch.cuda.max_memory_allocated`` since the cell began (GPU), else the
      engine process's RSS high-water mark (CPU: monotonic over the engine's cells).
 
+   Engines run one at a time, unless a profile of acceptance only sets
+   ``protocol.concurrent_engines`` (:class:`specdec.profiles.Protocol`): then up to that many
+   at once, each started once the one before reported ready.
+
 Each cell is written as soon as it finishes (resume granularity = one cell).
 """
 from __future__ import annotations
@@ -329,12 +333,13 @@ def _run_group(cmd: list[str], spec: dict, env: dict, timeout: float, log_path: 
     with os.fdopen(fd, "w") as fh:
         json.dump(spec, fh)
     tail: deque[str] = deque(maxlen=200)
+    proc = None
     try:
         with open(log_path, "w") as log:
             proc = subprocess.Popen([*cmd, spec_file], stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, env=env,
                                     start_new_session=True, preexec_fn=_die_with_parent)
-            _CURRENT_ENGINE[:] = [proc]
+            _CURRENT_ENGINE.append(proc)  # (concurrent_engines: several at once)
 
             def pump():
                 for line in proc.stdout:
@@ -358,7 +363,8 @@ def _run_group(cmd: list[str], spec: dict, env: dict, timeout: float, log_path: 
                 rc = None
             reader.join(timeout=30)
     finally:
-        _CURRENT_ENGINE.clear()
+        if proc is not None and proc in _CURRENT_ENGINE:
+            _CURRENT_ENGINE.remove(proc)
         Path(spec_file).unlink(missing_ok=True)
     return rc, "".join(tail)
 
@@ -477,100 +483,140 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
                      for sig in (signal.SIGTERM, signal.SIGINT)}
                     if threading.current_thread() is threading.main_thread() else {})
     bar = tqdm(total=len(todo), desc=profile.name, unit="cell", file=out, dynamic_ncols=True)
-    try:
-        for (method, k, synthetic), cells in groups.items():
-            finished: set[str] = set()
-            errors: dict[str, str] = {}
-            cut: set[str] = set()
-            limit = timeout or profile.engine.timeout_s
-            budget_cut = False
-            if budget_s is not None:
-                left = budget_s - (time.perf_counter() - t_start)
-                need = engine_estimate_s(profile, cells) if profile.protocol.interleaved else min_engine_s
-                if left < need:
-                    # what fits of this engine now, the rest stays pending (lease 10 deferred
-                    # whole engines with minutes left)
-                    fit = cells_that_fit(profile, cells, left) if profile.protocol.interleaved else []
-                    kept = set(map(id, fit))
-                    rest = [pc for pc in cells if id(pc) not in kept]
-                    result["deferred"] += [pc.cell_id for pc in rest]
-                    bar.update(len(rest))
-                    if not fit:
-                        bar.write(f"[{method} K={k}] deferred: {left:.0f}s of the budget left, "
-                                  f"{need:.0f}s needed")
-                        continue
-                    bar.write(f"[{method} K={k}] {len(fit)} of {len(cells)} cells fit in the "
-                              f"{left:.0f}s left; the rest stay pending")
-                    cells = fit
-                budget_cut = left < limit
-                limit = min(limit, left)
 
-            def on_event(ev, method=method, k=k):
-                cid = (ev.get("cell_id"), ev.get("panel_phase"))
-                if ev["event"] == "engine_ready":
-                    facts = {x: ev.get(x) for x in ("model_runner", "draft_weight_bytes",
-                                                    "kv_cache_tokens") if ev.get(x) is not None}
-                    bar.write(f"[{method} K={k}] engine ready in {ev['engine_start_s']:.1f}s "
-                              f"(engine core: {ev.get('engine_core')}) {facts}")
-                elif ev["event"] == "cell_done":
-                    if cid not in finished:
-                        bar.update(1)
-                    finished.add(cid)
-                    acc = ev.get("acceptance")
-                    acc_s = f", acceptance {acc:.1%}" if acc is not None else ""
-                    cv = ev.get("cv")
-                    cv_s = f", CV {cv:.1%}" if cv is not None and cv == cv else ""
-                    tag = f" (panel {cid[1]})" if cid[1] else ""
-                    bar.write(f"  ok  {cid[0]}{tag}: {ev['tok_s']:.1f} tok/s{acc_s}{cv_s}")
-                elif ev["event"] == "cell_failed":
-                    errors[cid] = ev.get("error", "")
-                elif ev["event"] == "cell_deferred":
-                    cut.add(cid)
-                elif ev["event"] in ("prepared", "remeasure", "remeasure_skipped", "deadline"):
-                    bar.write(f"  {ev['event']}: " + json.dumps({x: y for x, y in ev.items()
-                                                                  if x != "event"})[:400])
+    def measure_group(method, k, synthetic, cells, ready):
+        """One engine's cells; ``ready`` is set once its engine reported ready, or ended."""
+        try:
+            _measure_group(method, k, synthetic, cells, ready)
+        finally:
+            ready.set()
 
-            t0 = time.perf_counter()
-            spec = _group_spec(profile, profile_path, (method, k, synthetic), cells, tags, results_root,
-                               deadline=time.time() + limit - 20.0)
-            env = {**os.environ, **profiles.engine_env(profile, method), "PYTHONUNBUFFERED": "1",
-                   **({"SPECDEC_LEASE": lease} if lease else {})}
-            log_name = f"{method}-k{k}{'-synthetic' if synthetic else ''}.log"
-            rc, tail = _run_group(cmd, spec, env, limit, logs / log_name, on_event)
-            if rc is None:
-                reason = f"engine subprocess timed out after {limit:.0f}s"
-            elif rc != 0:
-                reason = f"engine subprocess exited with code {rc}"
-            else:
-                reason = "engine subprocess ended without finishing this cell"
-            for pc in cells:
-                key = (pc.cell_id, pc.panel_phase)
-                if key in finished:
-                    result["ok"].append(pc.cell_id)
-                    continue
-                if (key in cut or (rc is None and budget_cut)) and key not in errors:
-                    result["deferred"].append(pc.cell_id)  # the lease ended, not the cell
+    def _measure_group(method, k, synthetic, cells, ready):
+        finished: set[str] = set()
+        errors: dict[str, str] = {}
+        cut: set[str] = set()
+        limit = timeout or profile.engine.timeout_s
+        budget_cut = False
+        if budget_s is not None:
+            left = budget_s - (time.perf_counter() - t_start)
+            need = engine_estimate_s(profile, cells) if profile.protocol.interleaved else min_engine_s
+            if left < need:
+                # what fits of this engine now, the rest stays pending (lease 10 deferred
+                # whole engines with minutes left)
+                fit = cells_that_fit(profile, cells, left) if profile.protocol.interleaved else []
+                kept = set(map(id, fit))
+                rest = [pc for pc in cells if id(pc) not in kept]
+                result["deferred"] += [pc.cell_id for pc in rest]
+                bar.update(len(rest))
+                if not fit:
+                    bar.write(f"[{method} K={k}] deferred: {left:.0f}s of the budget left, "
+                              f"{need:.0f}s needed")
+                    return
+                bar.write(f"[{method} K={k}] {len(fit)} of {len(cells)} cells fit in the "
+                          f"{left:.0f}s left; the rest stay pending")
+                cells = fit
+            budget_cut = left < limit
+            limit = min(limit, left)
+
+        def on_event(ev, method=method, k=k):
+            cid = (ev.get("cell_id"), ev.get("panel_phase"))
+            if ev["event"] == "engine_ready":
+                ready.set()
+                facts = {x: ev.get(x) for x in ("model_runner", "draft_weight_bytes",
+                                                "kv_cache_tokens") if ev.get(x) is not None}
+                bar.write(f"[{method} K={k}] engine ready in {ev['engine_start_s']:.1f}s "
+                          f"(engine core: {ev.get('engine_core')}) {facts}")
+            elif ev["event"] == "cell_done":
+                if cid not in finished:
                     bar.update(1)
-                    continue
-                err = errors.get(key) or f"{reason}\n{tail}"
-                ident = identity(profile, pc.cell, tags)
-                where = pc.root or results_root
-                if pc.panel_phase is not None:
-                    bar.write(f"  FAILED (panel {pc.panel_phase}) {pc.cell_id}: "
-                              f"{(err.strip().splitlines() or [''])[-1]}")
-                    result["failed"].append(pc.cell_id)
-                    bar.update(1)
-                    continue
-                if store.is_done(profile.name, pc.cell_id, where):
-                    # A forced rerun failed: keep the earlier good rows rather than destroy them.
-                    bar.write(f"  FAILED (kept earlier ok rows) {pc.cell_id}: {err.strip().splitlines()[-1:]}")
-                else:
-                    store.write_cell(profile.name, pc.cell_id, [failed_row(ident, err, prov, lease)],
-                                     root=results_root)
-                    bar.write(f"  FAILED {pc.cell_id}: {(err.strip().splitlines() or [''])[-1]}")
+                finished.add(cid)
+                acc = ev.get("acceptance")
+                acc_s = f", acceptance {acc:.1%}" if acc is not None else ""
+                cv = ev.get("cv")
+                cv_s = f", CV {cv:.1%}" if cv is not None and cv == cv else ""
+                tag = f" (panel {cid[1]})" if cid[1] else ""
+                bar.write(f"  ok  {cid[0]}{tag}: {ev['tok_s']:.1f} tok/s{acc_s}{cv_s}")
+            elif ev["event"] == "cell_failed":
+                errors[cid] = ev.get("error", "")
+            elif ev["event"] == "cell_deferred":
+                cut.add(cid)
+            elif ev["event"] in ("prepared", "remeasure", "remeasure_skipped", "deadline"):
+                bar.write(f"  {ev['event']}: " + json.dumps({x: y for x, y in ev.items()
+                                                              if x != "event"})[:400])
+
+        t0 = time.perf_counter()
+        spec = _group_spec(profile, profile_path, (method, k, synthetic), cells, tags, results_root,
+                           deadline=time.time() + limit - 20.0)
+        env = {**os.environ, **profiles.engine_env(profile, method), "PYTHONUNBUFFERED": "1",
+               **({"SPECDEC_LEASE": lease} if lease else {})}
+        log_name = f"{method}-k{k}{'-synthetic' if synthetic else ''}.log"
+        rc, tail = _run_group(cmd, spec, env, limit, logs / log_name, on_event)
+        if rc is None:
+            reason = f"engine subprocess timed out after {limit:.0f}s"
+        elif rc != 0:
+            reason = f"engine subprocess exited with code {rc}"
+        else:
+            reason = "engine subprocess ended without finishing this cell"
+        for pc in cells:
+            key = (pc.cell_id, pc.panel_phase)
+            if key in finished:
+                result["ok"].append(pc.cell_id)
+                continue
+            if (key in cut or (rc is None and budget_cut)) and key not in errors:
+                result["deferred"].append(pc.cell_id)  # the lease ended, not the cell
+                bar.update(1)
+                continue
+            err = errors.get(key) or f"{reason}\n{tail}"
+            ident = identity(profile, pc.cell, tags)
+            where = pc.root or results_root
+            if pc.panel_phase is not None:
+                bar.write(f"  FAILED (panel {pc.panel_phase}) {pc.cell_id}: "
+                          f"{(err.strip().splitlines() or [''])[-1]}")
                 result["failed"].append(pc.cell_id)
                 bar.update(1)
-            bar.write(f"[{method} K={k}] {time.perf_counter() - t0:.0f}s")
+                continue
+            if store.is_done(profile.name, pc.cell_id, where):
+                # A forced rerun failed: keep the earlier good rows rather than destroy them.
+                bar.write(f"  FAILED (kept earlier ok rows) {pc.cell_id}: {err.strip().splitlines()[-1:]}")
+            else:
+                store.write_cell(profile.name, pc.cell_id, [failed_row(ident, err, prov, lease)],
+                                 root=results_root)
+                bar.write(f"  FAILED {pc.cell_id}: {(err.strip().splitlines() or [''])[-1]}")
+            result["failed"].append(pc.cell_id)
+            bar.update(1)
+        bar.write(f"[{method} K={k}] {time.perf_counter() - t0:.0f}s")
+    try:
+        n = profile.protocol.concurrent_engines
+        if n == 1:
+            for (method, k, synthetic), cells in groups.items():
+                measure_group(method, k, synthetic, cells, threading.Event())
+        else:
+            # up to n engines at once, each started once the one before is ready
+            slots = threading.BoundedSemaphore(n)
+            running: list[threading.Thread] = []
+            raised: list[BaseException] = []
+            before: threading.Event | None = None
+            for (method, k, synthetic), cells in groups.items():
+                slots.acquire()
+                if before is not None:
+                    before.wait()
+                ready = threading.Event()
+
+                def go(args=(method, k, synthetic, cells, ready)):
+                    try:
+                        measure_group(*args)
+                    except BaseException as e:  # noqa: BLE001 (raised again below)
+                        raised.append(e)
+                    finally:
+                        slots.release()
+
+                running.append(threading.Thread(target=go, daemon=True))
+                running[-1].start()
+                before = ready
+            for t in running:
+                t.join()
+            if raised:
+                raise raised[0]
     finally:
         bar.close()
         for sig, handler in old_handlers.items():

@@ -495,7 +495,7 @@ def kv_cache_bytes(llm) -> int | None:
 HARNESS_ENGINE_ARGS = frozenset({
     "model", "tokenizer", "dtype", "max_model_len", "enforce_eager", "tensor_parallel_size",
     "load_format", "skip_tokenizer_init", "seed", "speculative_config", "disable_log_stats",
-    "gpu_memory_utilization", "compilation_config", "max_num_seqs"})
+    "gpu_memory_utilization", "compilation_config", "max_num_seqs", "kv_cache_memory_bytes"})
 
 
 def build_llm(engine: dict, target: str, spec_cfg: dict | None, tokenizer: str | None,
@@ -522,6 +522,8 @@ def build_llm(engine: dict, target: str, spec_cfg: dict | None, tokenizer: str |
         kwargs["tokenizer"] = tokenizer
     if engine.get("gpu_memory_utilization") is not None and engine.get("device_kind") == "cuda":
         kwargs["gpu_memory_utilization"] = engine["gpu_memory_utilization"]
+    if engine.get("kv_cache_memory_bytes") is not None and engine.get("device_kind") == "cuda":
+        kwargs["kv_cache_memory_bytes"] = engine["kv_cache_memory_bytes"]
     if engine.get("compilation_config") is not None:
         kwargs["compilation_config"] = engine["compilation_config"]
     if engine.get("max_num_seqs") is not None:
