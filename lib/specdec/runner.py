@@ -315,7 +315,7 @@ def _die_with_parent() -> None:
 def _kill_engine_and_exit(signum, frame):
     """SIGTERM/SIGINT: the engine runs in its own session, so take it down with us (it
     would otherwise hold the GPU after we are gone); finished cells are already stored."""
-    for proc in _CURRENT_ENGINE:
+    for proc in list(_CURRENT_ENGINE):
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
