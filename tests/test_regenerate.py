@@ -214,6 +214,19 @@ def test_gpu_template_loads_with_dry_run_and_is_priced(capsys):
     assert devicetime.default_reference(str(devicetime.TEMPLATE)) == "h200-surface-v2"
 
 
+def test_devicetime_splits_the_cells_among_concurrent_engines():
+    """h200-plateau runs three engines at once: starts add up, cells are split three ways."""
+    from specdec import devicetime, profiles
+
+    plateau = profiles.load_profile("h200-plateau")
+    one = plateau.model_copy(update={"protocol": plateau.protocol.model_copy(
+        update={"concurrent_engines": 1})})
+    a, b = (devicetime.estimate(p, "h100-plateau", ["steps-eagle3"]).iloc[0] for p in (plateau, one))
+    assert a["engines"] == b["engines"] == 4 and a["cells_s"] == b["cells_s"] > 0
+    assert a["device_s"] == pytest.approx(a["engine_start_s"] + a["cells_s"] / 3)
+    assert b["device_s"] == pytest.approx(b["engine_start_s"] + b["cells_s"])
+
+
 def test_devicetime_pending_prices_the_cells_not_stored_and_the_panel_once(monkeypatch):
     """The next leases' work: each experiment's cells not stored as ok, the control panel first
     and whole (every lease measures it), an engine the panel shares counted once."""
