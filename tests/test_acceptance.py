@@ -403,6 +403,12 @@ def test_plateau_sentences_say_why_a_run_stopped(tmp_path):
     short = acceptance.plateau_short(acceptance.plateau_measured(_plateau_summary(), tmp_path / "b"),
                                      curves)
     assert "stopped by plateau)" in short and "not yet" not in short
+    # a final artifact measured on fewer workloads than another: its mean says on which
+    more = pd.concat([_plateau_summary(), pd.DataFrame([_row(
+        "h100-plateau", "eagle3-c1", 4, "sharegpt-heldout", 0.0, 0.4, [0.5, 0.3, 0.2, 0.1],
+        draft="smollm2-eagle3-c1")])])
+    short = acceptance.plateau_short(acceptance.plateau_measured(more, tmp_path / "b"), curves)
+    assert short.startswith("eagle3 25% on humaneval and mtbench only (20%–30%)")
     assert acceptance.plateau_sentence(acceptance.plateau_curves(tmp_path / "none")) == \
         "no plateau training is recorded yet"
 

@@ -737,10 +737,14 @@ def plateau_short(measured: pd.DataFrame, curves: pd.DataFrame) -> str:
     last = curves.sort_values("step").groupby("artifact").tail(1).set_index("artifact")
     wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
     parts = []
-    for _, r in measured[measured["artifact"].isin(last.index)].iterrows():
+    finals = measured[measured["artifact"].isin(last.index)].sort_values("vLLM: mean", ascending=False)
+    for _, r in finals.iterrows():
         c = last.loc[r["artifact"]]
         stop = str(c["stopped by"]).replace("_", " ")
-        parts.append(f"{r['method']} {r['vLLM: mean']:.0%} ({r[wl].min():.0%}–{r[wl].max():.0%}) "
+        # a mean over fewer workloads is not the others' mean: say which (lease 25's Medusa)
+        have = [w.removeprefix("vLLM: ") for w in wl if pd.notna(r[w])]
+        only = "" if len(have) == len(wl) else f" on {' and '.join(have)} only"
+        parts.append(f"{r['method']} {r['vLLM: mean']:.0%}{only} ({r[wl].min():.0%}–{r[wl].max():.0%}) "
                      f"after {c['training (s)']:.0f} s of training ({int(c['step'])} steps on an "
                      f"{str(c['device']).replace('NVIDIA ', '')}, stopped by {stop}"
                      f"{'' if stop == 'plateau' else ', not yet at its plateau'})")
