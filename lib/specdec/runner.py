@@ -485,13 +485,7 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
     bar = tqdm(total=len(todo), desc=profile.name, unit="cell", file=out, dynamic_ncols=True)
 
     def measure_group(method, k, synthetic, cells, ready):
-        """One engine's cells; ``ready`` is set once its engine reported ready, or ended."""
-        try:
-            _measure_group(method, k, synthetic, cells, ready)
-        finally:
-            ready.set()
-
-    def _measure_group(method, k, synthetic, cells, ready):
+        """One engine's cells; ``ready`` is set once its engine reported ready."""
         finished: set[str] = set()
         errors: dict[str, str] = {}
         cut: set[str] = set()
@@ -607,7 +601,8 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
                         measure_group(*args)
                     except BaseException as e:  # noqa: BLE001 (raised again below)
                         raised.append(e)
-                    finally:
+                    finally:  # (an engine deferred or dead before it was ready)
+                        args[-1].set()
                         slots.release()
 
                 running.append(threading.Thread(target=go, daemon=True))
