@@ -71,20 +71,48 @@ def test_draft_vocab_most_frequent_continuation_tokens():
     assert {7, 9} <= set(ids.tolist())
 
 
-def test_target_distribution_once_gives_the_loss_of_one_softmax_per_step():
-    """The target's distribution is computed once per batch and shifted per head or step
-    (train._probs): the loss must equal softmax of the shifted logits at every shift, the
-    filled tail outside the mask either way."""
+def _shifted_case():
     torch.manual_seed(0)
     lg, tl = torch.randn(3, 20, 50), torch.randn(3, 20, 50) * 3
     b = {"ids": torch.zeros(3, 20, dtype=torch.long), "plen": torch.tensor([3, 5, 7]),
          "nlen": torch.tensor([20, 15, 10])}
+    return lg, tl, b
+
+
+def test_target_distribution_once_gives_the_loss_of_one_softmax_per_step():
+    """The target's distribution is computed once per batch and read shifted per head or step
+    (train._probs, train._soft_ce's shift): the loss must equal softmax of the shifted logits
+    at every shift, the positions past the end outside the mask either way."""
+    lg, tl, b = _shifted_case()
     p = train._probs(tl)
     for s in range(4):
         m = train._mask(b, s).float()
         ref = -(torch.softmax(train._shift(tl, 1 + s), -1) * torch.log_softmax(lg, -1)).sum(-1)
-        assert torch.allclose(train._soft_ce(lg, train._shift(p, 1 + s), m),
-                              (ref * m).sum() / m.sum(), rtol=1e-6)
+        assert torch.allclose(train._soft_ce(lg, p, m, 1 + s), (ref * m).sum() / m.sum(),
+                              rtol=1e-6)
+
+
+def test_compiled_soft_ce_gives_the_eager_loss_and_gradient():
+    """The recipe's ``soft_ce: compiled`` (torch.compile, one graph for every shape) computes
+    what the eager one does: loss and gradient, at two batch shapes and every shift, with
+    bfloat16 logits as autocast gives them on a GPU."""
+    lg, tl, b = _shifted_case()
+    p = train._probs(tl)
+    for L in (20, 13):
+        bb = {**b, "ids": b["ids"][:, :L], "nlen": b["nlen"].clamp(max=L)}
+        for s in range(3):
+            m = train._mask(bb, s).float()
+            got = {}
+            for kernel in ("eager", "compiled"):
+                x = lg[:, :L].to(torch.bfloat16).requires_grad_()
+                loss = train._soft_ce(x, p[:, :L], m, 1 + s, kernel)
+                loss.backward()
+                got[kernel] = (loss.detach(), x.grad.float())
+            assert torch.allclose(got["compiled"][0], got["eager"][0], rtol=1e-5)
+            assert torch.allclose(got["compiled"][1], got["eager"][1], rtol=1e-2, atol=1e-6)
+            assert got["eager"][1].abs().sum() > 0
+    with pytest.raises(ValueError, match="soft_ce"):
+        train.option({"soft_ce": "fused"}, "soft_ce")
 
 
 @pytest.fixture(scope="module")
@@ -291,13 +319,13 @@ def test_retraining_repeats_the_recorded_steps(tmp_path):
     rec = as_recorded(paths.DATA_DIR / "trained")
     assert sorted(rec) == sorted(RECIPES)
     new = ("max_steps", "safety_cap_s", "plateau_delta", "lr_schedule", "eval_first_step",
-           "data_fraction", "batching", "plateau_on", "target_features")
+           "data_fraction", "batching", "plateau_on", "target_features", "soft_ce")
     for name, r in rec.items():
         man = json.loads((paths.DATA_DIR / "trained" / name / "manifest.json").read_text())
         assert r["max_steps"] == man["run"]["steps"] and r["safety_cap_s"] == 0
         assert r["plateau_delta"] is None and r["lr_schedule"] == "cosine"
         # as they ran: length-grouped batches came with lease 25, precomputed features after it
-        assert (r["batching"], r["target_features"]) == ("random", "per-step")
+        assert (r["batching"], r["target_features"], r["soft_ce"]) == ("random", "per-step", "eager")
         assert {k: v for k, v in r.items() if k not in new} == \
             {k: v for k, v in man["recipe"].items() if k not in new + ("time_budget_s",)}
     (tmp_path / "smollm2-eagle").mkdir()

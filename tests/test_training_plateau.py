@@ -258,7 +258,8 @@ def test_records_before_issue_21_retrain_as_they_ran(tmp_path):
     schedule it ran under and no evaluations between the first and the last step."""
     old = {k: v for k, v in RECIPES[NAME].items()
            if k not in ("lr_schedule", "eval_first_step", "plateau_delta", "safety_cap_s",
-                        "data_fraction", "batching", "plateau_on", "target_features")}
+                        "data_fraction", "batching", "plateau_on", "target_features",
+                        "soft_ce")}
     (tmp_path / NAME).mkdir()
     (tmp_path / NAME / "manifest.json").write_text(json.dumps(
         {"recipe": {**old, "time_budget_s": 90}, "run": {"steps": 663}}))
@@ -266,8 +267,8 @@ def test_records_before_issue_21_retrain_as_they_ran(tmp_path):
     assert "time_budget_s" not in r
     assert (r["lr_schedule"], r["eval_first_step"], r["data_fraction"], r["max_steps"]) == \
         ("cosine", 0, 1.0, 663)
-    assert (r["batching"], r["plateau_on"], r["target_features"]) == \
-        ("random", "whole", "per-step")  # as those runs ran
+    assert (r["batching"], r["plateau_on"], r["target_features"], r["soft_ce"]) == \
+        ("random", "whole", "per-step", "eager")  # as those runs ran
     assert train._lr(r, 662, 663) < 0.2 * train._lr(r, 100, 663)  # cosine: decayed at the end
     new = RECIPES[NAME]
     assert train._lr(new, 100, 16000) == train._lr(new, 15999, 16000) == new["lr"]
@@ -385,6 +386,14 @@ def test_the_bench_step_of_a_lease_writes_bench_json(target, seqs, tmp_path, mon
                  "--max-steps", "1"])
     got = json.loads((tmp_path / "out" / "bench.json").read_text())
     assert [r["name"] for r in got] == [NAME] and got[0]["steps"] == 1 and got[0]["step_s"] > 0
+    # a second bench with a recipe option set (`--set`) adds its results, the setting recorded
+    device.main(["bench", "--work", str(work), "--out", str(tmp_path / "out"), "--only", NAME,
+                 "--max-steps", "1", "--set", "soft_ce=compiled"])
+    got = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert [r["settings"] for r in got] == [{}, {"soft_ce": "compiled"}]
+    for bad in ("soft_ce=fused", "lr=1"):  # refused before the target loads
+        with pytest.raises(SystemExit, match="--set"):
+            device.main(["bench", "--work", str(tmp_path / "none"), "--set", bad])
 
 
 def test_split_takes_every_human_turn_once_and_no_held_out_prompt(target):

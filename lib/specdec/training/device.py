@@ -39,7 +39,7 @@ from pathlib import Path
 
 from . import artifacts, data
 from .data import DATA_RECORD, DATA_XZ
-from .recipes import ALL, DATA, RECIPES
+from .recipes import ALL, DATA, OPTIONS, RECIPES, option
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: The packaged text sources cut to what h200-trained reads (workloads.export_sources).
@@ -289,24 +289,44 @@ def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None,
     return res
 
 
-def step_bench(work: Path, out: Path, names=None, steps: int = 20) -> list[dict]:
+def _settings(pairs) -> dict:
+    """``KEY=VALUE`` pairs (``--set``) as recipe settings, each a choice of
+    :data:`recipes.OPTIONS`; another key or value is an error before any work."""
+    out = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or key not in OPTIONS:
+            raise SystemExit(f"--set {pair!r}: KEY=VALUE with KEY one of {', '.join(OPTIONS)}")
+        try:
+            out[key] = option({key: value}, key)
+        except ValueError as e:
+            raise SystemExit(f"--set {pair!r}: {e}") from None
+    return out
+
+
+def step_bench(work: Path, out: Path, names=None, steps: int = 20, settings=None) -> list[dict]:
     """Where each named artifact's training step goes (:func:`.train.bench`) on the carried
-    data, to ``out/bench.json``: seconds to decide what to speed up, a minute of the lease."""
+    data, to ``out/bench.json``: seconds to decide what to speed up, a minute of the lease;
+    ``settings`` (``--set``, e.g. ``soft_ce=compiled``) change the recipes benched, and are
+    recorded with each result."""
     from . import train
 
     seqs, _ = data.load_sequences(work / "data" / "sequences.npz")
     target = train.Target(str(work / "target"), train.device())
     res = []
+    out.mkdir(parents=True, exist_ok=True)
+    old = json.loads((out / "bench.json").read_text()) if (out / "bench.json").exists() else []
     for name in names or list(RECIPES):
-        r = train.bench(name, ALL[name], target, seqs, steps=steps)
+        r = train.bench(name, {**ALL[name], **(settings or {})}, target, seqs, steps=steps)
+        r["settings"] = settings or {}
         print(f"[bench] {name}: step {r['step_s']:.3f} s; synchronised phases: features "
               f"{r['features']:.3f}, loss {r['loss']:.3f}, backward {r['backward']:.3f}, "
               f"optimizer {r['optimizer']:.3f} s", flush=True)
         res.append(r)
         if target.model.device.type == "cuda":
             train.torch.cuda.empty_cache()  # the next artifact's batch starts from a clean cache
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(res, indent=2))
+    # a second bench in the same lease (other settings) adds to the first one's results
+    (out / "bench.json").write_text(json.dumps(old + res, indent=2))
     return res
 
 
@@ -382,6 +402,9 @@ def main(argv=None) -> int:
                     help="only these artifacts (repeatable; recipes.ALL: also <name>-data1of<N>)")
     ap.add_argument("--parts", type=Path, default=None,
                     help="install: these packed parts instead of this lease's fit")
+    ap.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="bench: this choice of recipes.OPTIONS in every recipe benched "
+                         "(e.g. soft_ce=compiled; repeatable)")
     ap.add_argument("--as-recorded", type=Path, default=None,
                     help="fit: repeat the runs recorded in this folder (data/trained) step for step")
     a = ap.parse_args(argv)
@@ -393,7 +416,7 @@ def main(argv=None) -> int:
     elif a.step == "fit":
         step_fit(a.work, a.out, a.seconds, a.only, a.max_steps, a.as_recorded)
     elif a.step == "bench":
-        step_bench(a.work, a.out, a.only, a.max_steps or 20)
+        step_bench(a.work, a.out, a.only, a.max_steps or 20, _settings(a.set))
     elif a.step == "pack":
         step_pack(a.work, a.out, a.only)
     elif a.step == "out":

@@ -43,6 +43,7 @@ _COMMON = {
     # (train.FeatureStore), instead of its forward at every step ("per-step": lease 25's runs
     # and before; on lease 25's H100 the forward was 0.090 of an EAGLE-3 step's 0.095 s)
     "target_features": "precomputed",
+    "soft_ce": "eager",        # or "compiled" (torch.compile; OPTIONS)
     "max_steps": 16000,        # 125 * 2**7: the eighth evaluation
     "safety_cap_s": 1500,      # wall clock; a run it stops is recorded, not taken for a plateau
     "data_fraction": 1.0,      # the first part of the training sequences (data-size curve)
@@ -118,7 +119,10 @@ DATA = {"train_prompts": 20480, "generated_prompts": 20480, "max_prompt_tokens":
 #: random batches and the whole-sequence rule, lease 25's the target's forward every step).
 OPTIONS = {"batching": ("random", "length-grouped"),
            "plateau_on": ("whole", "first_tokens"),
-           "target_features": ("per-step", "precomputed")}
+           "target_features": ("per-step", "precomputed"),
+           # the soft cross-entropy as written ("eager": every run up to lease 26) or through
+           # torch.compile (train._soft_ce_compiled: the same sums, fused)
+           "soft_ce": ("eager", "compiled")}
 
 
 def option(recipe: dict, key: str) -> str:
