@@ -387,6 +387,46 @@ def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):
     assert m.loc["smollm2-eagle3", "step"] == 1000 and m.loc["smollm2-eagle3-c1", "step"] == 250
 
 
+def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
+    """A later lease trains a recipe again: the earlier campaign's rows read the record moved to
+    _campaigns/<profile>/ (not the latest one), are not the latest, stay off the short answer
+    and the curve, and sit beside the latest in plateau_retraining, a reproduction check only
+    where both runs were stopped by the plateau rule."""
+    _plateau_records(tmp_path, stopped_by="plateau")  # the latest training (h100-plateau-v2)
+    _plateau_records(tmp_path / acceptance.SUPERSEDED / "h100-plateau", stopped_by="plateau")
+    old = tmp_path / acceptance.SUPERSEDED / "h100-plateau" / "smollm2-eagle3" / "manifest.json"
+    man = json.loads(old.read_text())
+    man["run"]["steps"] = man["run"]["evals"][-1]["step"] = 500  # ... stopped earlier
+    old.write_text(json.dumps(man))
+    later = _plateau_summary().assign(profile="h100-plateau-v2")
+    later["acceptance_rate"] += 0.02
+    both = pd.concat([_plateau_summary(), later], ignore_index=True)
+    m = acceptance.plateau_measured(both, tmp_path)
+    final = m[m["artifact"] == "smollm2-eagle3"].set_index("campaign")
+    assert final.loc["h100-plateau", "step"] == 500 and not final.loc["h100-plateau", "latest"]
+    assert final.loc["h100-plateau-v2", "step"] == 1000 and final.loc["h100-plateau-v2", "latest"]
+    curves = acceptance.plateau_curves(tmp_path)
+    assert acceptance.plateau_short(m, curves).startswith("eagle3 27% (22%–32%) after 100 s")
+    rep = acceptance.plateau_retraining(m)
+    assert len(rep) == 1
+    r = rep.iloc[0]
+    assert (r["earlier"], r["later"], r["earlier steps"], r["later steps"]) == \
+        ("h100-plateau", "h100-plateau-v2", 500, 1000)
+    assert r["difference"] == pytest.approx(0.02) and r["a retraining"] and r["within tolerance"]
+    from specdec import plots_trained
+
+    right = plots_trained.learning_curves(curves, m).axes[1]
+    measured_points = [ln for ln in right.get_lines() if ln.get_marker() == "D"]
+    assert sorted(float(y) for ln in measured_points for y in ln.get_ydata()) == \
+        pytest.approx([0.17, 0.27])  # the latest run's two points only
+    # the earlier run stopped by its time: what the second training bought, not a check
+    man["run"]["stopped_by"] = "time_cap"
+    old.write_text(json.dumps(man))
+    r = acceptance.plateau_retraining(acceptance.plateau_measured(both, tmp_path)).iloc[0]
+    assert not r["a retraining"] and r["within tolerance"] is None
+    assert acceptance.plateau_retraining(acceptance.plateau_measured(_plateau_summary(), tmp_path)).empty
+
+
 def test_plateau_sentences_say_why_a_run_stopped(tmp_path):
     _plateau_records(tmp_path / "a")
     curves = acceptance.plateau_curves(tmp_path / "a")

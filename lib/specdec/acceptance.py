@@ -614,6 +614,19 @@ def model_free_sentence(rank: pd.DataFrame) -> str:
 PLATEAU_RECORDS = PLATEAU
 #: The profiles that measure the plateau artifacts through vLLM (one per GPU model lent).
 PLATEAU_PROFILES = ("h200-plateau", "h100-plateau-v2", "h100-plateau")
+#: Where a campaign's records go once a later lease has trained its artifacts again:
+#: ``data/plateau/_campaigns/<profile>/<artifact>/``. A row of ``profile`` reads its artifact's
+#: record there when it is there, else in ``data/plateau/<artifact>/`` (the latest training):
+#: so the rows of a superseded training keep the record of the weights they measured, and the
+#: two trainings of one recipe sit side by side (:func:`plateau_retraining`).
+SUPERSEDED = "_campaigns"
+
+
+def plateau_record(root: Path, profile: str, artifact: str) -> tuple[Path, bool]:
+    """The folder of ``artifact``'s record for the rows of ``profile``, and whether it is the
+    latest training's (:data:`SUPERSEDED`)."""
+    old = root / SUPERSEDED / profile / artifact
+    return (old, False) if old.is_dir() else (root / artifact, True)
 
 
 def plateau_curves(root: Path | None = None) -> pd.DataFrame:
@@ -651,7 +664,9 @@ def plateau_curves(root: Path | None = None) -> pd.DataFrame:
 def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:
     """The plateau artifacts measured through vLLM (:data:`PLATEAU_PROFILES`, T = 0), each with
     the training step and seconds of its record: one row per artifact, vLLM's acceptance rate
-    per workload and their mean, beside the held-out agreement and the K = 4 rate it predicts."""
+    per workload and their mean, beside the held-out agreement and the K = 4 rate it predicts;
+    ``latest`` False where the rows measured a training that a later lease repeated (their
+    record in :data:`SUPERSEDED`)."""
     import json
 
     root = Path(root or PLATEAU_RECORDS)
@@ -659,19 +674,26 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
                 & summary["acceptance_rate"].notna()]
     if s.empty:
         return pd.DataFrame()
-    curves = plateau_curves(root)
+    curves = {}
     rows = []
     for (profile, method, draft), g in s.groupby(["profile", "method", "draft"]):
         # a Medusa artifact is measured as its K-head variant, <record>-k<K> (artifacts.medusa_variants)
         k_variant = re.fullmatch(r"(.+)-k\d+", draft)
-        if not (root / draft).is_dir() and k_variant and (root / k_variant[1]).is_dir():
+        folder, latest = plateau_record(root, profile, draft)
+        if not folder.is_dir() and k_variant:
             draft = k_variant[1]
-        man = json.loads((root / draft / "manifest.json").read_text()) \
-            if (root / draft / "manifest.json").is_file() else {}
+            folder, latest = plateau_record(root, profile, draft)
+        man = json.loads((folder / "manifest.json").read_text()) \
+            if (folder / "manifest.json").is_file() else {}
         parent = man.get("checkpoint_of", draft)
         step = man.get("checkpoint_step", man.get("run", {}).get("steps"))
-        ev = curves[(curves["artifact"] == parent) & (curves["step"] == step)]
-        row = {"campaign": profile, "method": method, "artifact": draft, "run": parent, "step": step,
+        if folder.parent not in curves:
+            curves[folder.parent] = plateau_curves(folder.parent)
+        c = curves[folder.parent]
+        ev = c[(c["artifact"] == parent) & (c["step"] == step)]
+        row = {"campaign": profile, "latest": latest, "method": method, "artifact": draft,
+               "run": parent, "step": step,
+               "stopped by": ev["stopped by"].iloc[0] if len(ev) else None,
                "training (s)": ev["training (s)"].iloc[0] if len(ev) else np.nan,
                "held-out agreement": ev["agreement"].iloc[0] if len(ev) else np.nan,
                "predicted K=4 rate": ev["predicted K=4 rate"].iloc[0] if len(ev) else np.nan}
@@ -729,6 +751,41 @@ def plateau_sentence(curves: pd.DataFrame) -> str:
     return "; ".join(parts) or "no plateau training is recorded yet"
 
 
+def plateau_retraining(measured: pd.DataFrame) -> pd.DataFrame:
+    """Each plateau run trained twice (the earlier record in :data:`SUPERSEDED`): the two final
+    artifacts through vLLM, side by side, on the workloads both measured (K = 4, T = 0): steps,
+    why each stopped, the means and their difference, and whether it lies within
+    :data:`REPRODUCTION_TOLERANCE`, a check only where both runs were stopped by the plateau
+    rule (one recipe, one data hash: a retraining); otherwise what the second training bought."""
+    cols = ["run", "method", "earlier", "later", "earlier steps", "later steps",
+            "earlier stopped by", "later stopped by", "workloads", "earlier acceptance",
+            "later acceptance", "difference", "a retraining", "within tolerance"]
+    if measured.empty:
+        return pd.DataFrame(columns=cols)
+    finals = measured[measured["artifact"] == measured["run"]]
+    wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
+    rows = []
+    for run, g in finals.groupby("run", sort=True):
+        old, new = g[~g["latest"]], g[g["latest"]]
+        if old.empty or new.empty:
+            continue
+        a, b = old.iloc[0], new.iloc[0]
+        both = [w for w in wl if pd.notna(a[w]) and pd.notna(b[w])]
+        if not both:
+            continue
+        ea, la = float(a[both].mean()), float(b[both].mean())
+        retrain = a["stopped by"] == b["stopped by"] == "plateau"
+        rows.append({"run": run, "method": b["method"], "earlier": a["campaign"],
+                     "later": b["campaign"], "earlier steps": a["step"], "later steps": b["step"],
+                     "earlier stopped by": a["stopped by"], "later stopped by": b["stopped by"],
+                     "workloads": ", ".join(w.removeprefix("vLLM: ") for w in both),
+                     "earlier acceptance": ea, "later acceptance": la, "difference": la - ea,
+                     "a retraining": bool(retrain),
+                     "within tolerance": bool(abs(la - ea) <= REPRODUCTION_TOLERANCE) if retrain
+                     else None})
+    return pd.DataFrame(rows, columns=cols)
+
+
 def plateau_short(measured: pd.DataFrame, curves: pd.DataFrame) -> str:
     """The plateau runs' last artifacts as vLLM measured them (mean over workloads, their
     range), with the training that bought it and why it stopped: the chapter's short answer."""
@@ -737,7 +794,8 @@ def plateau_short(measured: pd.DataFrame, curves: pd.DataFrame) -> str:
     last = curves.sort_values("step").groupby("artifact").tail(1).set_index("artifact")
     wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
     parts = []
-    finals = measured[measured["artifact"].isin(last.index)].sort_values("vLLM: mean", ascending=False)
+    finals = measured[measured["latest"] & measured["artifact"].isin(last.index)] \
+        .sort_values("vLLM: mean", ascending=False)
     for _, r in finals.iterrows():
         c = last.loc[r["artifact"]]
         stop = str(c["stopped by"]).replace("_", " ")

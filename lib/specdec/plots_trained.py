@@ -153,7 +153,8 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
                       linestyle=":", label=f"{name}: first 64 tokens")
         right.plot(g["training (s)"], g["predicted K=4 rate"], marker="o", markerfacecolor="white",
                    color=colour, linestyle="--", label=f"{name}: predicted from held-out")
-        m = measured[measured["run"] == name] if not measured.empty else measured
+        m = measured[(measured["run"] == name) & measured["latest"]] if not measured.empty \
+            else measured  # the curve's own run, not an earlier training of the same recipe
         if not m.empty:
             wl = [c for c in m.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
             lo, hi = m[wl].min(axis=1), m[wl].max(axis=1)
