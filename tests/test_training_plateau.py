@@ -228,6 +228,31 @@ def test_data_fraction_trains_on_a_prefix_validated_alike(target, seqs, tmp_path
     assert set(variants) <= set(ALL) and all(r["data_fraction"] == 1 for r in RECIPES.values())
 
 
+def test_a_compiled_soft_ce_runs_and_is_recorded_or_falls_back_recorded(target, seqs, tmp_path,
+                                                                        monkeypatch):
+    """`fit --set soft_ce=compiled`: the run trains through torch.compile and its manifest says
+    so; where the compile fails on the machine, the run trains eager and its manifest says
+    that, and why (a lease's fit never dies of it)."""
+    loaded, digest, _ = seqs
+    man = train.train(NAME, _recipe(soft_ce="compiled", plateau_delta=None), target, loaded,
+                      digest, tmp_path / "c", max_steps=2)
+    assert man["recipe"]["soft_ce"] == "compiled" and "soft_ce_fallback" not in man["recipe"]
+    eager = train.train(NAME, _recipe(plateau_delta=None), target, loaded, digest, tmp_path / "e",
+                        max_steps=2)
+    assert man["run"]["evals"][-1]["loss"] == pytest.approx(eager["run"]["evals"][-1]["loss"],
+                                                            rel=1e-4)
+
+    def broken():
+        raise RuntimeError("no C compiler")
+
+    monkeypatch.setattr(train, "_soft_ce_compiled", broken)
+    man = train.train(NAME, _recipe(soft_ce="compiled", plateau_delta=None), target, loaded,
+                      digest, tmp_path / "f", max_steps=2)
+    assert man["recipe"]["soft_ce"] == "eager"
+    assert man["recipe"]["soft_ce_fallback"] == "RuntimeError: no C compiler"
+    assert json.loads((tmp_path / "f" / "recipe.json").read_text())["soft_ce"] == "eager"
+
+
 def test_a_plateau_run_retrains_step_for_step(plateau_run, target, seqs, tmp_path):
     """recipes.as_recorded on a plateau run's records: its recipe, its steps, no plateau rule,
     no time cap; checkpoints are records of their run, not runs of their own. On the CPU the

@@ -262,7 +262,7 @@ def _vllm_version() -> str | None:
 
 
 def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None,
-             as_recorded: Path | None = None) -> dict:
+             as_recorded: Path | None = None, settings=None) -> dict:
     """Train each named artifact (default: every recipe on the whole data; ``--only`` also takes
     the data-size variants, :data:`recipes.ALL`) to its plateau, none past ``seconds`` from now
     (each run's safety cap is cut to fit; 0: no limit but the caps), with its learning-curve checkpoints (``<name>-c1`` …
@@ -270,16 +270,21 @@ def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None,
     artifact trained there so far (``records.tgz``, no weights: :func:`artifacts.records_archive`)
     to ``out``. With ``as_recorded`` (``data/plateau``), repeat the recorded runs step for step
     instead (:func:`recipes.as_recorded`; never cut: ``seconds`` is ignored). ``install`` measures
-    them on this machine, ``pack`` and ``out`` bring their weights back."""
+    them on this machine, ``pack`` and ``out`` bring their weights back. ``settings``
+    (``--set``, e.g. ``soft_ce=compiled``) change the recipes, and their manifests record it."""
     from . import train
     from .recipes import as_recorded as recorded_recipes
 
     t0 = time.time()
     recipes = recorded_recipes(as_recorded) if as_recorded else None
     names = list(names or (recipes or RECIPES))
+    if settings:
+        if as_recorded:
+            raise SystemExit("--set changes the recipes; --as-recorded repeats them as recorded")
+        recipes = {n: {**ALL[n], **settings} for n in names}
     res = train.train_all(names, str(work / "target"), work / "data" / "sequences.npz",
                           work / "artifacts", max_steps=max_steps, recipes=recipes,
-                          deadline=t0 + seconds - 40 if seconds > 0 and not recipes else None)
+                          deadline=t0 + seconds - 40 if seconds > 0 and not as_recorded else None)
     out.mkdir(parents=True, exist_ok=True)
     (work / "fit.json").write_text(json.dumps(res, indent=2, sort_keys=True, default=str))
     shutil.copy2(work / "fit.json", out / "fit.json")
@@ -403,8 +408,8 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", type=Path, default=None,
                     help="install: these packed parts instead of this lease's fit")
     ap.add_argument("--set", action="append", metavar="KEY=VALUE",
-                    help="bench: this choice of recipes.OPTIONS in every recipe benched "
-                         "(e.g. soft_ce=compiled; repeatable)")
+                    help="bench, fit: this choice of recipes.OPTIONS in every recipe benched "
+                         "or trained (e.g. soft_ce=compiled; repeatable; recorded)")
     ap.add_argument("--as-recorded", type=Path, default=None,
                     help="fit: repeat the runs recorded in this folder (data/trained) step for step")
     a = ap.parse_args(argv)
@@ -414,7 +419,7 @@ def main(argv=None) -> int:
         step_data(a.carry, a.work, a.max_tokens, a.limit)
         data_out(a.work, a.out)
     elif a.step == "fit":
-        step_fit(a.work, a.out, a.seconds, a.only, a.max_steps, a.as_recorded)
+        step_fit(a.work, a.out, a.seconds, a.only, a.max_steps, a.as_recorded, _settings(a.set))
     elif a.step == "bench":
         step_bench(a.work, a.out, a.only, a.max_steps or 20, _settings(a.set))
     elif a.step == "pack":

@@ -232,6 +232,33 @@ def _soft_ce_compiled():
     return torch.compile(_soft_ce_eager, dynamic=True)
 
 
+def _compiled_or_eager(recipe: dict, kind) -> dict:
+    """The recipe as it will run: ``soft_ce: compiled`` where torch.compile builds the kernels
+    on this machine (tried on a small batch first: the graph is shape-generic, so the run
+    reuses it, and the compile's seconds fall before the first step), else ``eager``, with why
+    in ``soft_ce_fallback`` (a run records what ran, and a failed compile costs no lease)."""
+    t = time.perf_counter()
+    try:
+        torch.manual_seed(0)
+        lg = torch.randn(2, 9, 16, device=kind.dev)
+        with _autocast(kind.dev):
+            lg = (lg @ torch.eye(16, device=kind.dev)).requires_grad_()
+            p = _probs(torch.randn(2, 9, 16, device=kind.dev))
+            m = torch.ones(2, 9, device=kind.dev)
+            got = _soft_ce(lg, p, m, 1, "compiled")
+            got.backward()
+            want = _soft_ce(lg.detach(), p, m, 1, "eager")
+        if not torch.allclose(got.float(), want.float(), rtol=1e-3):
+            raise ArithmeticError(f"compiled {float(got)} against eager {float(want)}")
+    except Exception as e:  # noqa: BLE001 - any failure to compile: the eager kernel
+        print(f"[train] soft_ce compiled failed ({type(e).__name__}: {e}); running eager",
+              flush=True)
+        kind.kernel = "eager"
+        return {**recipe, "soft_ce": "eager", "soft_ce_fallback": f"{type(e).__name__}: {e}"[:300]}
+    print(f"[train] soft_ce compiled in {time.perf_counter() - t:.0f} s", flush=True)
+    return recipe
+
+
 def _soft_ce(logits, p, m, shift: int = 0, kernel: str = "eager"):
     """Soft cross-entropy of ``logits`` to the target's distribution ``p`` (probabilities,
     :func:`_probs`), averaged over the positions ``m``; with ``shift``, position i is scored
@@ -497,6 +524,8 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     cap_s = safety_cap_s if safety_cap_s is not None else recipe["safety_cap_s"]
     for key in OPTIONS:  # a recipe's bad value fails before any work
         option(recipe, key)
+    if kind.kernel == "compiled":
+        recipe = _compiled_or_eager(recipe, kind)
     val_batches, early_batches = (
         Batches(v, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev).in_order()
         for v in (val_seqs, first_tokens(val_seqs)))
