@@ -413,6 +413,9 @@ def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
     assert (r["earlier"], r["later"], r["earlier steps"], r["later steps"]) == \
         ("h100-plateau", "h100-plateau-v2", 500, 1000)
     assert r["difference"] == pytest.approx(0.02) and r["a retraining"] and r["within tolerance"]
+    assert acceptance.plateau_retraining_sentence(rep) == (
+        "eagle3: 500 then 1000 steps (`h100-plateau`, `h100-plateau-v2`), 25.0% then 27.0% on "
+        "humaneval, mtbench (+2.0 points), within the ±3 points of a reproduction")
     from specdec import plots_trained
 
     right = plots_trained.learning_curves(curves, m).axes[1]
@@ -424,6 +427,11 @@ def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
     old.write_text(json.dumps(man))
     r = acceptance.plateau_retraining(acceptance.plateau_measured(both, tmp_path)).iloc[0]
     assert not r["a retraining"] and r["within tolerance"] is None
+    assert "stopped by time cap, so this is what training on bought, not a reproduction" in \
+        acceptance.plateau_retraining_sentence(acceptance.plateau_retraining(
+            acceptance.plateau_measured(both, tmp_path)))
+    assert acceptance.plateau_retraining_sentence(acceptance.plateau_retraining(pd.DataFrame())) \
+        == "no recipe has been trained to its plateau twice yet"
     assert acceptance.plateau_retraining(acceptance.plateau_measured(_plateau_summary(), tmp_path)).empty
 
 

@@ -786,6 +786,28 @@ def plateau_retraining(measured: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
+    """:func:`plateau_retraining` in a sentence: each recipe trained twice, the later minus the
+    earlier acceptance, and whether that reproduces (both stopped by the plateau rule) or is
+    what the second training bought."""
+    if rep.empty:
+        return "no recipe has been trained to its plateau twice yet"
+    parts = []
+    for _, r in rep.iterrows():
+        head = (f"{r['method']}: {int(r['earlier steps'])} then {int(r['later steps'])} steps "
+                f"(`{r['earlier']}`, `{r['later']}`), {r['earlier acceptance']:.1%} then "
+                f"{r['later acceptance']:.1%} on {r['workloads']} "
+                f"({100 * r['difference']:+.1f} points)")
+        if r["a retraining"]:
+            parts.append(f"{head}, {'within' if r['within tolerance'] else 'outside'} the "
+                         f"±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
+        else:
+            parts.append(f"{head}; the earlier run was stopped by "
+                         f"{str(r['earlier stopped by']).replace('_', ' ')}, so this is what "
+                         "training on bought, not a reproduction")
+    return "; ".join(parts)
+
+
 def plateau_short(measured: pd.DataFrame, curves: pd.DataFrame) -> str:
     """The plateau runs' last artifacts as vLLM measured them (mean over workloads, their
     range), with the training that bought it and why it stopped: the chapter's short answer."""
