@@ -421,6 +421,32 @@ def test_the_bench_step_of_a_lease_writes_bench_json(target, seqs, tmp_path, mon
             device.main(["bench", "--work", str(tmp_path / "none"), "--set", bad])
 
 
+def test_the_fit_step_of_a_lease_trains_with_a_setting_and_records_it(target, seqs, tmp_path,
+                                                                       monkeypatch):
+    """`lease.sh train bg fit S --only A --set soft_ce=compiled`: the device step trains the
+    recipe with the setting, fit.json and the records say so; a setting with --as-recorded
+    (repeat the recorded runs) is refused before any work."""
+    from specdec.training import device
+
+    _, _, path = seqs
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    (work / "target").symlink_to(target.path)
+    (work / "data" / "sequences.npz").write_bytes(path.read_bytes())
+    monkeypatch.setitem(device.ALL, NAME, _recipe(plateau_delta=None))
+    out = tmp_path / "out"
+    device.main(["fit", "--work", str(work), "--out", str(out), "--only", NAME, "--seconds", "0",
+                 "--max-steps", "2", "--set", "soft_ce=compiled"])
+    fit = json.loads((out / "fit.json").read_text())[NAME]
+    assert fit["recipe"]["soft_ce"] == "compiled" and fit["run"]["steps"] == 2
+    with tarfile.open(out / "records.tgz") as tar:
+        rec = json.load(tar.extractfile(f"{NAME}/manifest.json"))
+    assert rec["recipe"]["soft_ce"] == "compiled"
+    with pytest.raises(SystemExit, match="--as-recorded"):
+        device.main(["fit", "--work", str(work), "--out", str(out), "--as-recorded",
+                     str(tmp_path), "--set", "soft_ce=compiled"])
+
+
 def test_split_takes_every_human_turn_once_and_no_held_out_prompt(target):
     """The training prompts: distinct, none a held-out prompt (the first ShareGPT
     conversations), more than the first turns alone; the held-out set as recorded."""

@@ -275,12 +275,12 @@ def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None,
     from . import train
     from .recipes import as_recorded as recorded_recipes
 
+    if settings and as_recorded:
+        raise SystemExit("--set changes the recipes; --as-recorded repeats them as recorded")
     t0 = time.time()
     recipes = recorded_recipes(as_recorded) if as_recorded else None
     names = list(names or (recipes or RECIPES))
     if settings:
-        if as_recorded:
-            raise SystemExit("--set changes the recipes; --as-recorded repeats them as recorded")
         recipes = {n: {**ALL[n], **settings} for n in names}
     res = train.train_all(names, str(work / "target"), work / "data" / "sequences.npz",
                           work / "artifacts", max_steps=max_steps, recipes=recipes,
