@@ -416,6 +416,7 @@ def test_the_bench_step_of_a_lease_writes_bench_json(target, seqs, tmp_path, mon
                  "--max-steps", "1", "--set", "soft_ce=compiled"])
     got = json.loads((tmp_path / "out" / "bench.json").read_text())
     assert [r["settings"] for r in got] == [{}, {"soft_ce": "compiled"}]
+    assert [r["soft_ce"] for r in got] == ["eager", "compiled"]  # the kernel each one ran
     for bad in ("soft_ce=fused", "lr=1"):  # refused before the target loads
         with pytest.raises(SystemExit, match="--set"):
             device.main(["bench", "--work", str(tmp_path / "none"), "--set", bad])

@@ -232,19 +232,18 @@ def _soft_ce_compiled():
     return torch.compile(_soft_ce_eager, dynamic=True)
 
 
-def _compiled_or_eager(recipe: dict, kind) -> dict:
-    """The recipe as it will run: ``soft_ce: compiled`` where torch.compile builds the kernels
-    on this machine (tried on a small batch first: the graph is shape-generic, so the run
-    reuses it, and the compile's seconds fall before the first step), else ``eager``, with why
-    in ``soft_ce_fallback`` (a run records what ran, and a failed compile costs no lease)."""
+def _compile_failure(dev) -> str | None:
+    """Why torch.compile cannot build the compiled soft cross-entropy on ``dev`` (None: it
+    can). Tried on a small batch, loss and backward against the eager kernel: the graph is
+    shape-generic, so a run reuses it, and the compile's seconds fall before its first step."""
     t = time.perf_counter()
     try:
-        torch.manual_seed(0)
-        lg = torch.randn(2, 9, 16, device=kind.dev)
-        with _autocast(kind.dev):
-            lg = (lg @ torch.eye(16, device=kind.dev)).requires_grad_()
-            p = _probs(torch.randn(2, 9, 16, device=kind.dev))
-            m = torch.ones(2, 9, device=kind.dev)
+        g = torch.Generator(device=dev).manual_seed(0)  # the run's own random state untouched
+        lg = torch.randn(2, 9, 16, device=dev, generator=g)
+        with _autocast(dev):
+            lg = (lg @ torch.eye(16, device=dev)).requires_grad_()
+            p = _probs(torch.randn(2, 9, 16, device=dev, generator=g))
+            m = torch.ones(2, 9, device=dev)
             got = _soft_ce(lg, p, m, 1, "compiled")
             got.backward()
             want = _soft_ce(lg.detach(), p, m, 1, "eager")
@@ -253,10 +252,9 @@ def _compiled_or_eager(recipe: dict, kind) -> dict:
     except Exception as e:  # noqa: BLE001 - any failure to compile: the eager kernel
         print(f"[train] soft_ce compiled failed ({type(e).__name__}: {e}); running eager",
               flush=True)
-        kind.kernel = "eager"
-        return {**recipe, "soft_ce": "eager", "soft_ce_fallback": f"{type(e).__name__}: {e}"[:300]}
+        return f"{type(e).__name__}: {e}"[:300]
     print(f"[train] soft_ce compiled in {time.perf_counter() - t:.0f} s", flush=True)
-    return recipe
+    return None
 
 
 def _soft_ce(logits, p, m, shift: int = 0, kernel: str = "eager"):
@@ -272,9 +270,9 @@ def _soft_ce(logits, p, m, shift: int = 0, kernel: str = "eager"):
 
 def _probs(target_logits):
     """The target's next-token distribution, computed once per batch: a head's step s reads it
-    shifted (``_shift(P, 1 + s)``; the filled tail has no probability and lies outside every
-    mask), as ``softmax(_shift(logits, 1 + s))`` would give it, one softmax over the
-    vocabulary instead of one per head or step."""
+    shifted (:func:`_soft_ce`'s ``shift``; the positions past the end lie outside every mask),
+    as ``softmax(_shift(logits, 1 + s))`` would give it, one softmax over the vocabulary
+    instead of one per head or step."""
     return F.softmax(target_logits.float(), -1)
 
 
@@ -305,7 +303,12 @@ class _Kind:
 
     def __init__(self, recipe, target: Target, seqs, dev):
         self.r, self.t, self.dev = recipe, target, dev
-        self.kernel = option(recipe, "soft_ce")
+        # the soft cross-entropy's kernel as it will run: compiled where the recipe asks and
+        # torch.compile builds it here, else eager, with why in ``fallback``
+        self.kernel, self.fallback = option(recipe, "soft_ce"), None
+        if self.kernel == "compiled":
+            self.fallback = _compile_failure(dev)
+            self.kernel = "eager" if self.fallback else "compiled"
 
 
 class Eagle3(_Kind):
@@ -524,8 +527,8 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     cap_s = safety_cap_s if safety_cap_s is not None else recipe["safety_cap_s"]
     for key in OPTIONS:  # a recipe's bad value fails before any work
         option(recipe, key)
-    if kind.kernel == "compiled":
-        recipe = _compiled_or_eager(recipe, kind)
+    if kind.fallback:  # the run records what ran, and a failed compile costs no lease
+        recipe = {**recipe, "soft_ce": "eager", "soft_ce_fallback": kind.fallback}
     val_batches, early_batches = (
         Batches(v, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev).in_order()
         for v in (val_seqs, first_tokens(val_seqs)))
@@ -679,6 +682,7 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup
     if store is not None:
         out["features_s_per_1000"] = store.seconds * 1000 / len(sample)
     out.update(name=name, steps=steps, batch_size=recipe["batch_size"], max_len=recipe["max_len"],
+               soft_ce=kind.kernel,  # as it ran (a failed compile benches eager)
                device=torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu")
     return out
 
