@@ -407,7 +407,7 @@ def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
     assert final.loc["h100-plateau-v2", "step"] == 1000 and final.loc["h100-plateau-v2", "latest"]
     curves = acceptance.plateau_curves(tmp_path)
     assert acceptance.plateau_short(m, curves).startswith("eagle3 27% (22%–32%) after 100 s")
-    rep = acceptance.plateau_retraining(m)
+    rep = acceptance.plateau_retraining(m, tmp_path)
     assert len(rep) == 1
     r = rep.iloc[0]
     assert (r["earlier"], r["later"], r["earlier steps"], r["later steps"]) == \
@@ -422,14 +422,31 @@ def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
     measured_points = [ln for ln in right.get_lines() if ln.get_marker() == "D"]
     assert sorted(float(y) for ln in measured_points for y in ln.get_ydata()) == \
         pytest.approx([0.17, 0.27])  # the latest run's two points only
+    # what only costs (features from a store, a fused loss, the cap) is the same training;
+    # a recipe read as recorded before a key existed takes the way those runs ran
+    from specdec.training.recipes import RECIPES, same_training
+
+    r0 = RECIPES["smollm2-medusa"]
+    assert same_training({**r0, "target_features": "per-step"}, {**r0, "soft_ce": "compiled"})
+    assert same_training({k: v for k, v in r0.items() if k != "soft_ce"}, r0)
+    assert not same_training({**r0, "lr": 3e-4}, r0)
+    assert not same_training({**r0, "batching": "random"}, r0)
+    # another data hash (or recipe) in the earlier record: not the same training, no verdict
+    man["data_sha256"] = "another"
+    old.write_text(json.dumps(man))
+    r = acceptance.plateau_retraining(acceptance.plateau_measured(both, tmp_path), tmp_path).iloc[0]
+    assert not r["a retraining"] and r["within tolerance"] is None
+    assert "not the same training" in acceptance.plateau_retraining_sentence(
+        acceptance.plateau_retraining(acceptance.plateau_measured(both, tmp_path), tmp_path))
+    del man["data_sha256"]
     # the earlier run stopped by its time: what the second training bought, not a check
     man["run"]["stopped_by"] = "time_cap"
     old.write_text(json.dumps(man))
-    r = acceptance.plateau_retraining(acceptance.plateau_measured(both, tmp_path)).iloc[0]
+    r = acceptance.plateau_retraining(acceptance.plateau_measured(both, tmp_path), tmp_path).iloc[0]
     assert not r["a retraining"] and r["within tolerance"] is None
     assert "stopped by time cap, so this is what training on bought, not a reproduction" in \
         acceptance.plateau_retraining_sentence(acceptance.plateau_retraining(
-            acceptance.plateau_measured(both, tmp_path)))
+            acceptance.plateau_measured(both, tmp_path), tmp_path))
     assert acceptance.plateau_retraining_sentence(acceptance.plateau_retraining(pd.DataFrame())) \
         == "no recipe has been trained to its plateau twice yet"
     assert acceptance.plateau_retraining(acceptance.plateau_measured(_plateau_summary(), tmp_path)).empty

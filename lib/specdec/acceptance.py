@@ -21,7 +21,7 @@ import pandas as pd
 
 from . import adaptive, protocol, surface, theory
 from .training.data import PLATEAU
-from .training.recipes import agreement, k_rate, option
+from .training.recipes import agreement, k_rate, option, same_training
 
 #: The two machines that measured the recorded artifacts (data/trained/).
 PROFILES = ("cpu-trained", "h200-trained")
@@ -751,12 +751,16 @@ def plateau_sentence(curves: pd.DataFrame) -> str:
     return "; ".join(parts) or "no plateau training is recorded yet"
 
 
-def plateau_retraining(measured: pd.DataFrame) -> pd.DataFrame:
+def plateau_retraining(measured: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:
     """Each plateau run trained twice (the earlier record in :data:`SUPERSEDED`): the two final
     artifacts through vLLM, side by side, on the workloads both measured (K = 4, T = 0): steps,
     why each stopped, the means and their difference, and whether it lies within
-    :data:`REPRODUCTION_TOLERANCE`, a check only where both runs were stopped by the plateau
-    rule (one recipe, one data hash: a retraining); otherwise what the second training bought."""
+    :data:`REPRODUCTION_TOLERANCE`, a check only where the two records are one training (the
+    same data hash, recipes equal but for what only costs: :func:`recipes.same_training`)
+    and both were stopped by the plateau rule; otherwise what the second training bought."""
+    import json
+
+    root = Path(root or PLATEAU_RECORDS)
     cols = ["run", "method", "earlier", "later", "earlier steps", "later steps",
             "earlier stopped by", "later stopped by", "workloads", "earlier acceptance",
             "later acceptance", "difference", "a retraining", "within tolerance"]
@@ -774,7 +778,11 @@ def plateau_retraining(measured: pd.DataFrame) -> pd.DataFrame:
         if not both:
             continue
         ea, la = float(a[both].mean()), float(b[both].mean())
-        retrain = a["stopped by"] == b["stopped by"] == "plateau"
+        man = [json.loads((plateau_record(root, r["campaign"], run)[0] / "manifest.json")
+                          .read_text()) for r in (a, b)]
+        retrain = (a["stopped by"] == b["stopped by"] == "plateau"
+                   and man[0].get("data_sha256") == man[1].get("data_sha256")
+                   and same_training(man[0].get("recipe", {}), man[1].get("recipe", {})))
         rows.append({"run": run, "method": b["method"], "earlier": a["campaign"],
                      "later": b["campaign"], "earlier steps": a["step"], "later steps": b["step"],
                      "earlier stopped by": a["stopped by"], "later stopped by": b["stopped by"],
@@ -801,10 +809,13 @@ def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
         if r["a retraining"]:
             parts.append(f"{head}, {'within' if r['within tolerance'] else 'outside'} the "
                          f"±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
-        else:
+        elif r["earlier stopped by"] != "plateau":
             parts.append(f"{head}; the earlier run was stopped by "
                          f"{str(r['earlier stopped by']).replace('_', ' ')}, so this is what "
                          "training on bought, not a reproduction")
+        else:
+            parts.append(f"{head}; not the same training (its data or its recipe changed), so "
+                         "not a reproduction")
     return "; ".join(parts)
 
 

@@ -125,6 +125,23 @@ OPTIONS = {"batching": ("random", "length-grouped"),
            "soft_ce": ("eager", "compiled")}
 
 
+#: The recipe keys that change what a run costs, not what it computes (its features read from
+#: a store or the target's forward, the loss fused or not, the wall-clock cap): two runs whose
+#: recipes differ only there are the same training (:func:`same_training`).
+COST_ONLY = ("target_features", "soft_ce", "soft_ce_fallback", "safety_cap_s")
+
+
+def same_training(a: dict, b: dict) -> bool:
+    """Whether recipes ``a`` and ``b`` compute the same training: equal but for
+    :data:`COST_ONLY`, a missing :data:`OPTIONS` key read as the way the recorded runs ran."""
+    def norm(r):
+        return {**{k: option(r, k) for k in OPTIONS},
+                **{k: v for k, v in r.items() if k not in OPTIONS}}
+    na, nb = norm(a), norm(b)
+    return {k: v for k, v in na.items() if k not in COST_ONLY} == \
+        {k: v for k, v in nb.items() if k not in COST_ONLY}
+
+
 def option(recipe: dict, key: str) -> str:
     """``recipe[key]`` among :data:`OPTIONS` (its first where the recipe lacks it); another
     value is an error, raised before any work."""
