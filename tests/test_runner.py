@@ -250,9 +250,9 @@ def test_status_counts_per_experiment(setup, monkeypatch):
     from specdec import profiles
 
     counts = runner.status(profiles.load_profile(setup["profile"]), setup["results"])
-    assert counts["a"] == {"ok": 2, "failed": 2, "missing": 0}
-    assert counts["b"] == {"ok": 2, "failed": 0, "missing": 1}
-    assert counts["(all)"] == {"ok": 2, "failed": 2, "missing": 1}
+    assert counts["a"] == {"ok": 2, "failed": 2, "missing": 0, "stale": 0}
+    assert counts["b"] == {"ok": 2, "failed": 0, "missing": 1, "stale": 0}
+    assert counts["(all)"] == {"ok": 2, "failed": 2, "missing": 1, "stale": 0}
 
 
 def test_unknown_experiment_is_rejected_before_anything_runs(setup):
@@ -625,3 +625,75 @@ def test_concurrent_engines_refused_where_speeds_are_compared(setup):
     doc["engine"]["kv_cache_memory_bytes"] = 2 ** 32
     Path(setup["profile"]).write_text(yaml.safe_dump(doc))
     assert profiles.load_profile(setup["profile"]).protocol.concurrent_engines == 2
+
+
+def test_a_retrained_draft_makes_its_stored_cells_stale(setup, tmp_path, monkeypatch, capsys):
+    """Lease 27: EAGLE retrained under the same artifact name, and the runner took the earlier
+    training's rows for its cells as done. A row now records the sha256 of the trained weights
+    it measured (``draft_sha256``); where the installed weights differ, or the rows do not
+    say, the cell is stale (``runner.plan``, ``specdec status``, ``regenerate.stale_cells``)."""
+    from specdec import profiles, provenance
+
+    prof = yaml.safe_load(open(setup["profile"]))
+    prof["drafts"] = [{"name": "h", "source": {"kind": "trained", "artifact": "h"}}]
+    prof["methods"].append({"name": "draft", "draft": "h",
+                            "speculative": {"method": "draft_model"}})
+    prof["experiments"] = [{"name": "d", "description": "d", "methods": ["draft"],
+                            "num_speculative_tokens": [2], "batch_sizes": [1, 2],
+                            "workloads": ["rnd"]}]
+    open(setup["profile"], "w").write(yaml.safe_dump(prof))
+    trained = tmp_path / "trained"
+    monkeypatch.setenv("SPECDEC_TRAINED_DIR", str(trained))
+    monkeypatch.setenv("SPECDEC_TRAINED_RECORDS", str(tmp_path / "records"))
+
+    def install(weights: bytes) -> str:
+        d = trained / "h"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps({"vocab_size": 100, "num_hidden_layers": 1}))
+        (d / "model.safetensors").write_bytes(weights)
+        files = {f: provenance.sha256_file(d / f) for f in ("config.json", "model.safetensors")}
+        (d / "manifest.json").write_text(json.dumps({"artifact": "h", "files": files}))
+        return files["model.safetensors"]
+
+    def drafts(rows):
+        return rows[rows["method"] == "draft"]
+
+    def states():
+        return [pc.status for pc in runner.plan(p, results_root=setup["results"])
+                if pc.cell.method == "draft"]
+
+    first = install(b"the first training")
+    assert len(_run(setup)["ok"]) == 4  # the baseline's two cells and the draft's
+    rows = store.load_runs("fake", setup["results"])
+    assert set(drafts(rows)["draft_sha256"]) == {first}
+    assert rows.loc[rows["method"] == "baseline", "draft_sha256"].isna().all()
+    p = profiles.load_profile(setup["profile"])
+    assert set(states()) == {"ok"}
+    assert _run(setup)["ok"] == []  # the same weights: done
+
+    second = install(b"a second training of the same recipe")
+    planned = [pc for pc in runner.plan(p, results_root=setup["results"])
+               if pc.cell.method == "draft"]
+    assert {pc.status for pc in planned} == {"stale"} and all(pc.will_run for pc in planned)
+    assert runner.status(p, setup["results"])["(all)"]["stale"] == 2
+    from specdec import regenerate
+
+    why = {c: w for c, w in regenerate.stale_cells(setup["profile"], results_root=setup["results"]
+                                                   ).items() if c.startswith("draft-")}
+    assert len(why) == 2 and all("trained weights changed" in w[0] for w in why.values())
+    capsys.readouterr()
+    res = _run(setup)
+    assert len(res["ok"]) == 2 and "2 of them stored from other weights" in capsys.readouterr().out
+    assert set(drafts(store.load_runs("fake", setup["results"]))["draft_sha256"]) == {second}
+
+    # rows that do not say which weights they measured (stored before the column) are stale
+    # where a trained artifact is installed, and left alone where none is
+    f = next(iter(sorted((setup["results"] / "fake").glob("draft-*.runs.parquet"))))
+    import pyarrow.parquet as pq
+
+    pq.write_table(pq.read_table(f).drop(["draft_sha256"]), f)
+    assert sorted(states()) == ["ok", "stale"]
+    import shutil
+
+    shutil.rmtree(trained / "h")
+    assert set(states()) == {"ok"}

@@ -223,6 +223,16 @@ def _resolve(profile: Profile, model: Model, seen: tuple[str, ...]) -> Path | st
     raise ProfileError(f"{where}.kind: unknown kind {src.kind!r}")
 
 
+def trained_weights(profile: Profile, name: str | None) -> str | None:
+    """The sha256 of the installed weights of model ``name`` where the profile trains it
+    (source kind ``trained``), else None (not trained here, or not installed on this machine)."""
+    if name is None or profile.model(name).source.kind != "trained":
+        return None
+    from .training import artifacts
+
+    return artifacts.installed_weights(profile.model(name).source.artifact)
+
+
 def resolve_model(profile: Profile, name: str) -> str:
     """A path (or hub id for kind 'hf') vLLM can load for the profile's model ``name``."""
     return str(_resolve(profile, profile.model(name), ()))

@@ -48,6 +48,10 @@ FIGURES = [("tok_s_median", "tok_s_ci_low", "tok_s_ci_high", "output tok/s"),
            ("speedup", "speedup_ci_low", "speedup_ci_high", "speedup")]
 
 
+#: Why a cell :func:`runner.plan` marks ``stale`` is measured again.
+STALE_WHY = {"stale": "trained weights changed (its rows measured others, or do not say which)"}
+
+
 def _release(version) -> str | None:
     """``0.26.0+cu130`` -> ``0.26.0`` (a local build tag is the same release)."""
     return None if version is None or version != version else str(version).split("+")[0]
@@ -74,7 +78,7 @@ def stale_cells(profile, experiments: Sequence[str] | None = None,
     for pc in runner.plan(prof, experiments, results_root=results_root):
         if pc.status != "ok":
             if pc.will_run:  # a failure kept as the record (Experiment.record) is not stale
-                out[pc.cell_id] = [pc.status]  # missing | failed
+                out[pc.cell_id] = [STALE_WHY.get(pc.status, pc.status)]  # missing | failed
             continue
         g = by_cell[pc.cell_id]
         why = []

@@ -128,7 +128,9 @@ def failed_row(ident: dict, error: str, prov: dict, lease: str | None = None) ->
 class PlannedCell:
     cell: Cell
     cell_id: str
-    status: str  # stored status before this run: ok | failed | missing
+    #: stored status before this run: ok | failed | missing | stale (rows of other weights
+    #: than the trained draft installed here: :func:`plan`)
+    status: str
     will_run: bool
     #: Where the cell is stored when not in the run's results root (a lease's control panel).
     root: Path | None = None
@@ -207,12 +209,24 @@ def plan(profile: Profile, experiments: Sequence[str] | None = None, force: bool
     kept = (set(profiles.expand(profile, record))
             - (set(profiles.expand(profile, others)) if others else set()) if record else set())
     out = []
+    weights: dict[str, str | None] = {}  # draft -> the sha256 of its installed trained weights
     for c in profiles.expand(profile, experiments):
         cid = profiles.cell_id(profile, c)
         if cells and not any(fnmatch.fnmatchcase(cid, pat) for pat in cells):
             continue
         st = store.cell_status(profile.name, cid, results_root)
-        out.append(PlannedCell(c, cid, st, force or st == "missing" or (st == "failed" and c not in kept)))
+        draft = profile.method(c.method).draft
+        if st == "ok" and draft is not None:
+            if draft not in weights:
+                weights[draft] = models.trained_weights(profile, draft)
+            if weights[draft] is not None and store.measured_weights(
+                    profile.name, cid, results_root) != {weights[draft]}:
+                # The rows measured other weights than those installed (a retrained artifact
+                # of the same name), or do not say which (rows before draft_sha256): lease 27
+                # found a retrained head's cells taken for done.
+                st = "stale"
+        out.append(PlannedCell(c, cid, st, force or st in ("missing", "stale")
+                               or (st == "failed" and c not in kept)))
     return out
 
 
@@ -220,7 +234,7 @@ def status(profile: Profile, results_root: Path | None = None) -> dict[str, dict
     """done / failed / missing cell counts per experiment (and for all of them)."""
     out = {}
     for name in [e.name for e in profile.experiments] + [None]:
-        counts = {"ok": 0, "failed": 0, "missing": 0}
+        counts = {"ok": 0, "failed": 0, "missing": 0, "stale": 0}
         for pc in plan(profile, [name] if name else None, results_root=results_root):
             counts[pc.status] += 1
         out[name or "(all)"] = counts
@@ -289,6 +303,8 @@ def _group_spec(profile: Profile, profile_path: Path, key: tuple[str, int, bool]
         # cell's own before measuring it.
         "speculative_config": profiles.speculative_config(profile, method, k, draft,
                                                           acceptance=cells[0].cell.acceptance),
+        # which weights a trained draft or head is (its rows record it: :func:`plan`)
+        "draft_sha256": models.trained_weights(profile, m.draft),
         "cells": [{"cell": dataclasses.asdict(pc.cell), "identity": identity(profile, pc.cell, tags),
                    "results_root": str(pc.root) if pc.root else None, "panel_phase": pc.panel_phase}
                   for pc in cells],
@@ -456,7 +472,10 @@ def run(profile: Profile | str, experiments: Sequence[str] | None = None, force:
     kept = [pc.cell_id for pc in planned if not pc.will_run and pc.status == "failed"]
     print(f"{profile.name}: {len(planned)} cells, {len(result['skipped']) - len(kept)} done, "
           + (f"{len(kept)} failed and kept as the record, " if kept else "")
-          + f"{len(todo)} to run in {len(groups)} engine(s)", file=out, flush=True)
+          + f"{len(todo)} to run in {len(groups)} engine(s)"
+          + (f" ({n_stale} of them stored from other weights than the trained ones installed)"
+             if (n_stale := sum(pc.status == "stale" for pc in todo)) else ""),
+          file=out, flush=True)
     if dry_run:
         for (method, k, synthetic), cells in groups.items():
             print(f"  engine {method} K={k}{' (set acceptance)' if synthetic else ''}:", file=out)
@@ -636,9 +655,13 @@ def _cmd_status(args) -> int:
     prof = profiles.load_profile(args.profile)
     counts = status(prof, args.results_root)
     width = max(len(k) for k in counts)
-    print(f"{'experiment':<{width}}  {'done':>5} {'failed':>6} {'missing':>7}")
+    # stale: rows of other weights than the trained artifact installed here (shown where any)
+    stale = counts["(all)"]["stale"] > 0
+    print(f"{'experiment':<{width}}  {'done':>5} {'failed':>6} {'missing':>7}"
+          + (f" {'stale':>5}" if stale else ""))
     for name, c in counts.items():
-        print(f"{name:<{width}}  {c['ok']:>5} {c['failed']:>6} {c['missing']:>7}")
+        print(f"{name:<{width}}  {c['ok']:>5} {c['failed']:>6} {c['missing']:>7}"
+              + (f" {c['stale']:>5}" if stale else ""))
     return 0
 
 

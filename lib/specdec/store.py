@@ -81,6 +81,8 @@ engine_vcpu_probe_us        the CPU probe run on the engine's own vCPU (mean ove
                             speeds): how fast that vCPU ran host code (lease 10 on)
 lease_id                    the device lease that measured the row ($SPECDEC_LEASE), if any
 panel_phase                 "start" or "end" for a lease's control-panel rows (issue 19), else null
+draft_sha256                sha256 of the trained draft's or heads' weights measured (null: a
+                            draft not trained here, or rows before lease 27)
 provenance columns          see provenance.PROVENANCE_COLUMNS
 ==========================  =====================================================
 
@@ -204,6 +206,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("engine_vcpu_probe_us", pa.float64()),
         pa.field("lease_id", pa.string()),
         pa.field("panel_phase", pa.string()),
+        pa.field("draft_sha256", pa.string()),
     ]
     + _PROVENANCE_FIELDS
 )
@@ -223,7 +226,9 @@ ADDED_COLUMNS = frozenset({"acceptance_alpha", "synthetic_rates", "model_runner"
                            "gpu_util_pct", "host_probe_us", "host_busy_pct", "host_steal_pct",
                            "engine_cpu_s", "gpu_uuid", "engine_vcpu", "engine_vcpu_share",
                            # what the async-control shows (lease 9)
-                           "async_scheduling", "engine_vcpu_probe_us"})
+                           "async_scheduling", "engine_vcpu_probe_us",
+                           # which trained weights a row measured (lease 27)
+                           "draft_sha256"})
 
 TOKENS_SCHEMA = pa.schema(
     _IDENTITY_FIELDS
@@ -348,6 +353,13 @@ def cell_status(profile: str, cell_id: str, root: Path | None = None) -> str:
         return "missing"
     status = read_file(p, RUNS_SCHEMA).column("status").to_pylist()
     return "ok" if status and all(s == "ok" for s in status) else "failed"
+
+
+def measured_weights(profile: str, cell_id: str, root: Path | None = None) -> set:
+    """The ``draft_sha256`` values of a stored cell's rows (None: rows before the column, or
+    a draft not trained here)."""
+    p = runs_path(profile, cell_id, root)
+    return set(read_file(p, RUNS_SCHEMA).column("draft_sha256").to_pylist()) if p.exists() else set()
 
 
 def is_done(profile: str, cell_id: str, root: Path | None = None) -> bool:

@@ -726,6 +726,7 @@ def main(spec_file: str) -> int:
             "attempt": attempt, "passes": run.passes, "engine_core": core,
             **gpu.window(t_start, t_end), **host_stamps, "gpu_uuid": gpu.uuid,
             "lease_id": lease, "panel_phase": run.panel_phase,
+            "draft_sha256": spec.get("draft_sha256"),
         }
         steps = engine_steps(row, speculative, b)
         row["engine_steps"] = steps

@@ -93,6 +93,20 @@ def resolve(name: str) -> str:
     return str(d)
 
 
+def installed_weights(name: str) -> str | None:
+    """The sha256 of the weights of artifact ``name`` as installed here (the training's own
+    hash, from the manifest beside the files; a Medusa ``-k<K>`` variant: its trained heads'),
+    or None where it is not installed. A stored row of a cell records it (``draft_sha256``),
+    so a retrained artifact's cells are measured again (:func:`specdec.runner.plan`)."""
+    man = _read(trained_root() / name / MANIFEST)
+    if man is None or not (trained_root() / name / "config.json").is_file():
+        return None
+    if man.get("variant_of"):
+        return installed_weights(man["variant_of"]) or \
+            (man.get("files") or {}).get("model.safetensors")
+    return (man.get("files") or man.get("local_files") or {}).get("model.safetensors")
+
+
 # --------------------------------------------------------------------------- #
 # Medusa: one directory per K sharing the weights
 # --------------------------------------------------------------------------- #
