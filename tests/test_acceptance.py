@@ -489,3 +489,47 @@ def test_replay_sets_the_training_code_beside_vllm(tmp_path):
     said = acceptance.replay_sentence(tmp_path)
     assert "humaneval 19% predicted, 20% measured; mtbench 31% predicted, 30% measured" in said
     assert "74% over whole sequences (a K = 4 rate of 50%) but 62% over their first 64" in said
+
+
+def test_a_recipe_trained_again_in_one_profile_is_compared_at_equal_steps(tmp_path):
+    """Lease 27 trained EAGLE again in the profile of lease 26, whose rows it replaced: the
+    earlier training's rows and records go to _superseded/<lease>/, and the two trainings are
+    compared through vLLM at every step both kept (a reproduction check where they are one
+    training), whatever stopped either run."""
+    _plateau_records(tmp_path)  # the latest training
+    old = tmp_path / acceptance.SUPERSEDED_LEASES / "L26" / "plateau"
+    _plateau_records(old)
+    earlier = acceptance.plateau_measured(_plateau_summary(), old).assign(latest=False, lease="L26")
+    later = _plateau_summary()
+    later["acceptance_rate"] += 0.01
+    m = acceptance.plateau_measured(later, tmp_path)
+    eq = acceptance.plateau_equal_steps(m, earlier, tmp_path)
+    assert eq["step"].tolist() == [250, 1000] and set(eq["method"]) == {"eagle3"}
+    assert eq["one training"].all() and eq["within tolerance"].all()
+    assert eq["difference"].tolist() == pytest.approx([0.01, 0.01])
+    assert acceptance.plateau_equal_steps_sentence(eq) == (
+        "eagle3 (`h100-plateau`, lease L26 then the latest), mean over humaneval, mtbench: "
+        "250 steps 15.0% then 16.0% (+1.0 points), 1000 steps 25.0% then 26.0% (+1.0 points); "
+        "all within the ±3 points of a reproduction")
+    later.loc[later["method"] == "eagle3", "acceptance_rate"] += 0.05  # the final moved 6 points
+    eq = acceptance.plateau_equal_steps(acceptance.plateau_measured(later, tmp_path), earlier, tmp_path)
+    assert eq["within tolerance"].tolist() == [True, False]
+    assert "1 of 2 within" in acceptance.plateau_equal_steps_sentence(eq)
+    man = json.loads((old / "smollm2-eagle3" / "manifest.json").read_text())
+    (old / "smollm2-eagle3" / "manifest.json").write_text(json.dumps({**man, "data_sha256": "x"}))
+    eq = acceptance.plateau_equal_steps(m, earlier, tmp_path)
+    assert not eq["one training"].any() and eq["within tolerance"].isna().all()
+    assert "not the same training" in acceptance.plateau_equal_steps_sentence(eq)
+    assert acceptance.plateau_equal_steps(m, pd.DataFrame(), tmp_path).empty
+    assert acceptance.plateau_equal_steps_sentence(pd.DataFrame()).startswith("no recipe")
+
+
+def test_the_superseded_eagle_training_is_read_with_its_own_records():
+    """The committed store: lease 26's EAGLE (time-capped at 7307 steps, checkpoints at 1000,
+    2000 and 4000) left data/results/ when lease 27 trained the recipe again, and is read from
+    data/plateau/_superseded/ with its own records."""
+    e = acceptance.superseded_measured()
+    eagle = e[e["run"] == "smollm2-eagle"]
+    assert set(eagle["lease"]) == {"2026-12-05-h100-26"} and not eagle["latest"].any()
+    assert sorted(eagle["step"]) == [1000, 2000, 4000, 7307]
+    assert set(eagle["stopped by"]) == {"time_cap"}

@@ -622,6 +622,14 @@ PLATEAU_PROFILES = ("h200-plateau", "h100-plateau-v2", "h100-plateau")
 SUPERSEDED = "_campaigns"
 
 
+#: Where a training's rows and records go when a later lease of the *same* profile trains its
+#: recipe again (the later rows replace them cell for cell in ``data/results/<profile>/``):
+#: ``data/plateau/_superseded/<lease>/<profile>/`` (a results root) and
+#: ``data/plateau/_superseded/<lease>/plateau/<artifact>/`` (its records); see
+#: :func:`superseded_measured`, :func:`plateau_equal_steps`.
+SUPERSEDED_LEASES = "_superseded"
+
+
 def plateau_record(root: Path, profile: str, artifact: str) -> tuple[Path, bool]:
     """The folder of ``artifact``'s record for the rows of ``profile``, and whether it is the
     latest training's (:data:`SUPERSEDED`)."""
@@ -792,6 +800,91 @@ def plateau_retraining(measured: pd.DataFrame, root: Path | None = None) -> pd.D
                      "within tolerance": bool(abs(la - ea) <= REPRODUCTION_TOLERANCE) if retrain
                      else None})
     return pd.DataFrame(rows, columns=cols)
+
+
+def superseded_measured(root: Path | None = None) -> pd.DataFrame:
+    """:func:`plateau_measured` of every superseded training (:data:`SUPERSEDED_LEASES`): its
+    own rows read with its own records, ``latest`` False, ``campaign`` the profile and
+    ``lease`` the lease that measured them."""
+    from . import metrics, store
+
+    root = Path(root or PLATEAU_RECORDS)
+    out = []
+    for lease in sorted(p for p in (root / SUPERSEDED_LEASES).glob("*") if p.is_dir()):
+        for profile in PLATEAU_PROFILES:
+            if (lease / profile).is_dir():
+                m = plateau_measured(metrics.summarize(store.load_runs(profile, lease)),
+                                     lease / "plateau")
+                out.append(m.assign(latest=False, lease=lease.name))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def plateau_equal_steps(measured: pd.DataFrame, earlier: pd.DataFrame,
+                        root: Path | None = None) -> pd.DataFrame:
+    """A recipe trained again in a later lease of the same profile: the two trainings'
+    artifacts at the same step (finals and checkpoints; the learning rate is constant after
+    the warm-up, so a checkpoint is what a run stopped there would be) through vLLM, on the
+    workloads both measured (K = 4, T = 0). A retraining check within
+    :data:`REPRODUCTION_TOLERANCE` where the two records are one training (the same data hash,
+    recipes equal but for what only costs: :func:`recipes.same_training`)."""
+    import json
+
+    root = Path(root or PLATEAU_RECORDS)
+    cols = ["run", "method", "step", "campaign", "earlier lease", "workloads",
+            "earlier acceptance", "later acceptance", "difference", "one training",
+            "within tolerance"]
+    if measured.empty or earlier.empty:
+        return pd.DataFrame(columns=cols)
+    wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
+    new = measured[measured["latest"]]
+    rows = []
+    for _, a in earlier.sort_values(["run", "step"]).iterrows():
+        b = new[(new["campaign"] == a["campaign"]) & (new["run"] == a["run"])
+                & (new["step"] == a["step"])]
+        if b.empty:
+            continue
+        b = b.iloc[0]
+        both = [w for w in wl if w in a.index and pd.notna(a[w]) and pd.notna(b[w])]
+        if not both:
+            continue
+        old_man = root / SUPERSEDED_LEASES / a["lease"] / "plateau" / a["run"] / "manifest.json"
+        man = [json.loads(old_man.read_text()),
+               json.loads((plateau_record(root, b["campaign"], b["run"])[0] / "manifest.json")
+                          .read_text())]
+        one = (man[0].get("data_sha256") == man[1].get("data_sha256")
+               and same_training(man[0].get("recipe", {}), man[1].get("recipe", {})))
+        ea, la = float(a[both].mean()), float(b[both].mean())
+        rows.append({"run": a["run"], "method": man[1].get("method", b["method"]),
+                     "step": int(a["step"]),
+                     "campaign": a["campaign"], "earlier lease": a["lease"],
+                     "workloads": ", ".join(w.removeprefix("vLLM: ") for w in both),
+                     "earlier acceptance": ea, "later acceptance": la, "difference": la - ea,
+                     "one training": bool(one),
+                     "within tolerance": bool(abs(la - ea) <= REPRODUCTION_TOLERANCE) if one
+                     else None})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def plateau_equal_steps_sentence(eq: pd.DataFrame) -> str:
+    """:func:`plateau_equal_steps` in a sentence: per recipe, each step both trainings kept,
+    the earlier then the later acceptance, and the verdict."""
+    if eq.empty:
+        return "no recipe has been measured at the same step in two trainings yet"
+    parts = []
+    for run, g in eq.groupby("run", sort=True):
+        pairs = ", ".join(f"{r['step']} steps {r['earlier acceptance']:.1%} then "
+                          f"{r['later acceptance']:.1%} ({100 * r['difference']:+.1f} points)"
+                          for _, r in g.iterrows())
+        if not g["one training"].all():
+            verdict = "not the same training (its data or its recipe changed), so not a reproduction"
+        else:
+            n_in = int(g["within tolerance"].sum())
+            verdict = (f"{'all' if n_in == len(g) else f'{n_in} of {len(g)}'} within the "
+                       f"±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
+        first = g.iloc[0]
+        parts.append(f"{first['method']} (`{first['campaign']}`, lease {first['earlier lease']} "
+                     f"then the latest), mean over {first['workloads']}: {pairs}; {verdict}")
+    return "; ".join(parts)
 
 
 def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
