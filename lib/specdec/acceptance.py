@@ -759,6 +759,13 @@ def plateau_sentence(curves: pd.DataFrame) -> str:
     return "; ".join(parts) or "no plateau training is recorded yet"
 
 
+def _one_training(a: dict, b: dict) -> bool:
+    """Two training records (manifests) are one training: the same data hash, recipes equal but
+    for what only costs (:func:`recipes.same_training`)."""
+    return bool(a.get("data_sha256") == b.get("data_sha256")
+                and same_training(a.get("recipe", {}), b.get("recipe", {})))
+
+
 def plateau_retraining(measured: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:
     """Each plateau run trained twice (the earlier record in :data:`SUPERSEDED`): the two final
     artifacts through vLLM, side by side, on the workloads both measured (K = 4, T = 0): steps,
@@ -788,9 +795,7 @@ def plateau_retraining(measured: pd.DataFrame, root: Path | None = None) -> pd.D
         ea, la = float(a[both].mean()), float(b[both].mean())
         man = [json.loads((plateau_record(root, r["campaign"], run)[0] / "manifest.json")
                           .read_text()) for r in (a, b)]
-        retrain = (a["stopped by"] == b["stopped by"] == "plateau"
-                   and man[0].get("data_sha256") == man[1].get("data_sha256")
-                   and same_training(man[0].get("recipe", {}), man[1].get("recipe", {})))
+        retrain = a["stopped by"] == b["stopped by"] == "plateau" and _one_training(*man)
         rows.append({"run": run, "method": b["method"], "earlier": a["campaign"],
                      "later": b["campaign"], "earlier steps": a["step"], "later steps": b["step"],
                      "earlier stopped by": a["stopped by"], "later stopped by": b["stopped by"],
@@ -851,17 +856,14 @@ def plateau_equal_steps(measured: pd.DataFrame, earlier: pd.DataFrame,
         man = [json.loads(old_man.read_text()),
                json.loads((plateau_record(root, b["campaign"], b["run"])[0] / "manifest.json")
                           .read_text())]
-        one = (man[0].get("data_sha256") == man[1].get("data_sha256")
-               and same_training(man[0].get("recipe", {}), man[1].get("recipe", {})))
+        one = _one_training(*man)
         ea, la = float(a[both].mean()), float(b[both].mean())
         rows.append({"run": a["run"], "method": man[1].get("method", b["method"]),
-                     "step": int(a["step"]),
-                     "campaign": a["campaign"], "earlier lease": a["lease"],
+                     "step": int(a["step"]), "campaign": a["campaign"], "earlier lease": a["lease"],
                      "workloads": ", ".join(w.removeprefix("vLLM: ") for w in both),
                      "earlier acceptance": ea, "later acceptance": la, "difference": la - ea,
-                     "one training": bool(one),
-                     "within tolerance": bool(abs(la - ea) <= REPRODUCTION_TOLERANCE) if one
-                     else None})
+                     "one training": one, "within tolerance":
+                         bool(abs(la - ea) <= REPRODUCTION_TOLERANCE) if one else None})
     return pd.DataFrame(rows, columns=cols)
 
 
