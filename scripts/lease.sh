@@ -143,7 +143,8 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   # After `train install`: the carried text sources (as packages) and the trained artifacts.
   [ -d /tmp/t/pkgs ] && export PYTHONPATH=${PYTHONPATH:-}:/tmp/t/pkgs \
     SPECDEC_TRAINED_DIR=/tmp/trained SPECDEC_TRAINED_RECORDS=/tmp/trained/_records
-  # Cells landed by earlier leases are done: start from them so the runner skips them.
+  # Cells landed by earlier leases are done: start from them so the runner skips them (but
+  # not a cell whose rows measured other trained weights than those installed: runner.plan).
   # Each profile is copied once, by the first call that names it, and dated back so that
   # only what this lease measures is newer than /tmp/lease-start and goes back.
   [ -e /tmp/lease-start ] || { touch /tmp/lease-start; mkdir -p /tmp/results; }
