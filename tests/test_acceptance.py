@@ -388,26 +388,32 @@ def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):
 
 
 def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
-    """A later lease trains a recipe again: the earlier campaign's rows read the record moved to
-    _campaigns/<profile>/ (not the latest one), are not the latest, stay off the short answer
-    and the curve, and sit beside the latest in plateau_retraining, a reproduction check only
-    where both runs were stopped by the plateau rule."""
+    """A later lease trains a recipe again: the earlier training's rows read the record moved
+    with them to _superseded/<lease>/ (not the latest one), are not the latest, stay off the
+    short answer and the curve, and sit beside the latest in plateau_retraining, a reproduction
+    check only where both runs were stopped by the plateau rule."""
     _plateau_records(tmp_path, stopped_by="plateau")  # the latest training (h100-plateau-v2)
-    _plateau_records(tmp_path / acceptance.SUPERSEDED / "h100-plateau", stopped_by="plateau")
-    old = tmp_path / acceptance.SUPERSEDED / "h100-plateau" / "smollm2-eagle3" / "manifest.json"
+    records = tmp_path / acceptance.SUPERSEDED / "L25" / "plateau"
+    _plateau_records(records, stopped_by="plateau")
+    old = records / "smollm2-eagle3" / "manifest.json"
     man = json.loads(old.read_text())
     man["run"]["steps"] = man["run"]["evals"][-1]["step"] = 500  # ... stopped earlier
     old.write_text(json.dumps(man))
     later = _plateau_summary().assign(profile="h100-plateau-v2")
     later["acceptance_rate"] += 0.02
-    both = pd.concat([_plateau_summary(), later], ignore_index=True)
-    m = acceptance.plateau_measured(both, tmp_path)
+
+    def earlier():  # what superseded_measured reads from the lease's rows and records
+        return acceptance.plateau_measured(_plateau_summary(), records).assign(latest=False,
+                                                                               lease="L25")
+
+    latest = acceptance.plateau_measured(later, tmp_path)
+    m = pd.concat([earlier(), latest], ignore_index=True)
     final = m[m["artifact"] == "smollm2-eagle3"].set_index("campaign")
     assert final.loc["h100-plateau", "step"] == 500 and not final.loc["h100-plateau", "latest"]
     assert final.loc["h100-plateau-v2", "step"] == 1000 and final.loc["h100-plateau-v2", "latest"]
     curves = acceptance.plateau_curves(tmp_path)
     assert acceptance.plateau_short(m, curves).startswith("eagle3 27% (22%–32%) after 100 s")
-    rep = acceptance.plateau_retraining(m, tmp_path)
+    rep = acceptance.plateau_retraining(latest, earlier(), tmp_path)
     assert len(rep) == 1
     r = rep.iloc[0]
     assert (r["earlier"], r["later"], r["earlier steps"], r["later steps"]) == \
@@ -434,22 +440,22 @@ def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
     # another data hash (or recipe) in the earlier record: not the same training, no verdict
     man["data_sha256"] = "another"
     old.write_text(json.dumps(man))
-    r = acceptance.plateau_retraining(acceptance.plateau_measured(both, tmp_path), tmp_path).iloc[0]
+    r = acceptance.plateau_retraining(latest, earlier(), tmp_path).iloc[0]
     assert not r["a retraining"] and r["within tolerance"] is None
     assert "not the same training" in acceptance.plateau_retraining_sentence(
-        acceptance.plateau_retraining(acceptance.plateau_measured(both, tmp_path), tmp_path))
+        acceptance.plateau_retraining(latest, earlier(), tmp_path))
     del man["data_sha256"]
     # the earlier run stopped by its time: what the second training bought, not a check
     man["run"]["stopped_by"] = "time_cap"
     old.write_text(json.dumps(man))
-    r = acceptance.plateau_retraining(acceptance.plateau_measured(both, tmp_path), tmp_path).iloc[0]
+    r = acceptance.plateau_retraining(latest, earlier(), tmp_path).iloc[0]
     assert not r["a retraining"] and r["within tolerance"] is None
     assert "stopped by time cap, so this is what training on bought, not a reproduction" in \
         acceptance.plateau_retraining_sentence(acceptance.plateau_retraining(
-            acceptance.plateau_measured(both, tmp_path), tmp_path))
-    assert acceptance.plateau_retraining_sentence(acceptance.plateau_retraining(pd.DataFrame())) \
-        == "no recipe has been trained to its plateau twice yet"
-    assert acceptance.plateau_retraining(acceptance.plateau_measured(_plateau_summary(), tmp_path)).empty
+            latest, earlier(), tmp_path))
+    assert acceptance.plateau_retraining_sentence(acceptance.plateau_retraining(
+        pd.DataFrame(), pd.DataFrame())) == "no recipe has been trained to its plateau twice yet"
+    assert acceptance.plateau_retraining(latest, pd.DataFrame(), tmp_path).empty
 
 
 def test_plateau_sentences_say_why_a_run_stopped(tmp_path):
@@ -497,7 +503,7 @@ def test_a_recipe_trained_again_in_one_profile_is_compared_at_equal_steps(tmp_pa
     compared through vLLM at every step both kept (a reproduction check where they are one
     training), whatever stopped either run."""
     _plateau_records(tmp_path)  # the latest training
-    old = tmp_path / acceptance.SUPERSEDED_LEASES / "L26" / "plateau"
+    old = tmp_path / acceptance.SUPERSEDED / "L26" / "plateau"
     _plateau_records(old)
     earlier = acceptance.plateau_measured(_plateau_summary(), old).assign(latest=False, lease="L26")
     later = _plateau_summary()

@@ -614,27 +614,14 @@ def model_free_sentence(rank: pd.DataFrame) -> str:
 PLATEAU_RECORDS = PLATEAU
 #: The profiles that measure the plateau artifacts through vLLM (one per GPU model lent).
 PLATEAU_PROFILES = ("h200-plateau", "h100-plateau-v2", "h100-plateau")
-#: Where a campaign's records go once a later lease has trained its artifacts again:
-#: ``data/plateau/_campaigns/<profile>/<artifact>/``. A row of ``profile`` reads its artifact's
-#: record there when it is there, else in ``data/plateau/<artifact>/`` (the latest training):
-#: so the rows of a superseded training keep the record of the weights they measured, and the
-#: two trainings of one recipe sit side by side (:func:`plateau_retraining`).
-SUPERSEDED = "_campaigns"
-
-
-#: Where a training's rows and records go when a later lease of the *same* profile trains its
-#: recipe again (the later rows replace them cell for cell in ``data/results/<profile>/``):
-#: ``data/plateau/_superseded/<lease>/<profile>/`` (a results root) and
-#: ``data/plateau/_superseded/<lease>/plateau/<artifact>/`` (its records); see
-#: :func:`superseded_measured`, :func:`plateau_equal_steps`.
-SUPERSEDED_LEASES = "_superseded"
-
-
-def plateau_record(root: Path, profile: str, artifact: str) -> tuple[Path, bool]:
-    """The folder of ``artifact``'s record for the rows of ``profile``, and whether it is the
-    latest training's (:data:`SUPERSEDED`)."""
-    old = root / SUPERSEDED / profile / artifact
-    return (old, False) if old.is_dir() else (root / artifact, True)
+#: Where a training goes once a later lease trains its recipe again, whichever profile measured
+#: it: the rows of its cells (``data/plateau/_superseded/<lease>/<profile>/``, a results root;
+#: they leave ``data/results/``, where the later rows of the same profile replace them cell for
+#: cell) and its records (``data/plateau/_superseded/<lease>/plateau/<artifact>/``). The two
+#: trainings of one recipe then sit side by side: :func:`superseded_measured`,
+#: :func:`plateau_retraining` (their final artifacts), :func:`plateau_equal_steps` (each step
+#: both kept).
+SUPERSEDED = "_superseded"
 
 
 def plateau_curves(root: Path | None = None) -> pd.DataFrame:
@@ -673,8 +660,7 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
     """The plateau artifacts measured through vLLM (:data:`PLATEAU_PROFILES`, T = 0), each with
     the training step and seconds of its record: one row per artifact, vLLM's acceptance rate
     per workload and their mean, beside the held-out agreement and the K = 4 rate it predicts;
-    ``latest`` False where the rows measured a training that a later lease repeated (their
-    record in :data:`SUPERSEDED`)."""
+    ``latest`` True (False in :func:`superseded_measured`'s rows of an earlier training)."""
     import json
 
     root = Path(root or PLATEAU_RECORDS)
@@ -682,24 +668,19 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
                 & summary["acceptance_rate"].notna()]
     if s.empty:
         return pd.DataFrame()
-    curves = {}
+    curves = plateau_curves(root)
     rows = []
     for (profile, method, draft), g in s.groupby(["profile", "method", "draft"]):
         # a Medusa artifact is measured as its K-head variant, <record>-k<K> (artifacts.medusa_variants)
         k_variant = re.fullmatch(r"(.+)-k\d+", draft)
-        folder, latest = plateau_record(root, profile, draft)
-        if not folder.is_dir() and k_variant:
+        if not (root / draft).is_dir() and k_variant and (root / k_variant[1]).is_dir():
             draft = k_variant[1]
-            folder, latest = plateau_record(root, profile, draft)
-        man = json.loads((folder / "manifest.json").read_text()) \
-            if (folder / "manifest.json").is_file() else {}
+        man = json.loads((root / draft / "manifest.json").read_text()) \
+            if (root / draft / "manifest.json").is_file() else {}
         parent = man.get("checkpoint_of", draft)
         step = man.get("checkpoint_step", man.get("run", {}).get("steps"))
-        if folder.parent not in curves:
-            curves[folder.parent] = plateau_curves(folder.parent)
-        c = curves[folder.parent]
-        ev = c[(c["artifact"] == parent) & (c["step"] == step)]
-        row = {"campaign": profile, "latest": latest, "method": method, "artifact": draft,
+        ev = curves[(curves["artifact"] == parent) & (curves["step"] == step)]
+        row = {"campaign": profile, "latest": True, "method": method, "artifact": draft,
                "run": parent, "step": step,
                "stopped by": ev["stopped by"].iloc[0] if len(ev) else None,
                "training (s)": ev["training (s)"].iloc[0] if len(ev) else np.nan,
@@ -766,37 +747,66 @@ def _one_training(a: dict, b: dict) -> bool:
                 and same_training(a.get("recipe", {}), b.get("recipe", {})))
 
 
-def plateau_retraining(measured: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:
-    """Each plateau run trained twice (the earlier record in :data:`SUPERSEDED`): the two final
-    artifacts through vLLM, side by side, on the workloads both measured (K = 4, T = 0): steps,
-    why each stopped, the means and their difference, and whether it lies within
-    :data:`REPRODUCTION_TOLERANCE`, a check only where the two records are one training (the
-    same data hash, recipes equal but for what only costs: :func:`recipes.same_training`)
-    and both were stopped by the plateau rule; otherwise what the second training bought."""
-    import json
+def superseded_measured(root: Path | None = None) -> pd.DataFrame:
+    """:func:`plateau_measured` of every superseded training (:data:`SUPERSEDED`): its own rows
+    read with its own records, ``latest`` False and ``lease`` the lease that measured them."""
+    from . import metrics, store
 
     root = Path(root or PLATEAU_RECORDS)
+    out = []
+    for lease in sorted(p for p in (root / SUPERSEDED).glob("*") if p.is_dir()):
+        for profile in PLATEAU_PROFILES:
+            if (lease / profile).is_dir():
+                m = plateau_measured(metrics.summarize(store.load_runs(profile, lease)),
+                                     lease / "plateau")
+                out.append(m.assign(latest=False, lease=lease.name))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def _paired(measured: pd.DataFrame, earlier: pd.DataFrame, root: Path, finals: bool):
+    """An earlier training's artifacts (:func:`superseded_measured`) each with the latest
+    training's of the same run, at the same step (``finals``: their final artifacts,
+    whatever their steps): ``(earlier row, later row, workloads both measured, the two means
+    over them, whether the two records are one training: :func:`_one_training`)``."""
+    import json
+
+    if measured.empty or earlier.empty:
+        return
+    wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
+    new = measured[measured["latest"]]
+    if finals:
+        earlier, new = (d[d["artifact"] == d["run"]] for d in (earlier, new))
+    for _, a in earlier.sort_values(["run", "step"]).iterrows():
+        b = new[(new["run"] == a["run"]) & ((new["step"] == a["step"]) | finals)]
+        if b.empty:
+            continue
+        b = b.iloc[0]
+        both = [w for w in wl if w in a.index and pd.notna(a[w]) and pd.notna(b[w])]
+        if not both:
+            continue
+        old, man = (json.loads(f.read_text()) for f in (
+            root / SUPERSEDED / a["lease"] / "plateau" / a["run"] / "manifest.json",
+            root / b["run"] / "manifest.json"))
+        b = b.copy()
+        b["method"] = man.get("method", b["method"])  # the run's, not its checkpoint's name
+        yield a, b, both, float(a[both].mean()), float(b[both].mean()), _one_training(old, man)
+
+
+def plateau_retraining(measured: pd.DataFrame, earlier: pd.DataFrame,
+                       root: Path | None = None) -> pd.DataFrame:
+    """Each plateau run trained twice: the earlier training's final artifact
+    (:func:`superseded_measured`) and the latest's through vLLM, side by side, on the workloads
+    both measured (K = 4, T = 0): steps, why each stopped, the means and their difference, and
+    whether it lies within :data:`REPRODUCTION_TOLERANCE`, a check only where the two records
+    are one training and both were stopped by the plateau rule; otherwise what the second
+    training bought."""
     cols = ["run", "method", "earlier", "later", "earlier steps", "later steps",
             "earlier stopped by", "later stopped by", "workloads", "earlier acceptance",
             "later acceptance", "difference", "a retraining", "within tolerance"]
-    if measured.empty:
-        return pd.DataFrame(columns=cols)
-    finals = measured[measured["artifact"] == measured["run"]]
-    wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
     rows = []
-    for run, g in finals.groupby("run", sort=True):
-        old, new = g[~g["latest"]], g[g["latest"]]
-        if old.empty or new.empty:
-            continue
-        a, b = old.iloc[0], new.iloc[0]
-        both = [w for w in wl if pd.notna(a[w]) and pd.notna(b[w])]
-        if not both:
-            continue
-        ea, la = float(a[both].mean()), float(b[both].mean())
-        man = [json.loads((plateau_record(root, r["campaign"], run)[0] / "manifest.json")
-                          .read_text()) for r in (a, b)]
-        retrain = a["stopped by"] == b["stopped by"] == "plateau" and _one_training(*man)
-        rows.append({"run": run, "method": b["method"], "earlier": a["campaign"],
+    for a, b, both, ea, la, one in _paired(measured, earlier, Path(root or PLATEAU_RECORDS), True):
+        retrain = a["stopped by"] == b["stopped by"] == "plateau" and one
+        rows.append({"run": a["run"], "method": b["method"], "earlier": a["campaign"],
                      "later": b["campaign"], "earlier steps": a["step"], "later steps": b["step"],
                      "earlier stopped by": a["stopped by"], "later stopped by": b["stopped by"],
                      "workloads": ", ".join(w.removeprefix("vLLM: ") for w in both),
@@ -807,59 +817,20 @@ def plateau_retraining(measured: pd.DataFrame, root: Path | None = None) -> pd.D
     return pd.DataFrame(rows, columns=cols)
 
 
-def superseded_measured(root: Path | None = None) -> pd.DataFrame:
-    """:func:`plateau_measured` of every superseded training (:data:`SUPERSEDED_LEASES`): its
-    own rows read with its own records, ``latest`` False, ``campaign`` the profile and
-    ``lease`` the lease that measured them."""
-    from . import metrics, store
-
-    root = Path(root or PLATEAU_RECORDS)
-    out = []
-    for lease in sorted(p for p in (root / SUPERSEDED_LEASES).glob("*") if p.is_dir()):
-        for profile in PLATEAU_PROFILES:
-            if (lease / profile).is_dir():
-                m = plateau_measured(metrics.summarize(store.load_runs(profile, lease)),
-                                     lease / "plateau")
-                out.append(m.assign(latest=False, lease=lease.name))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
-
-
 def plateau_equal_steps(measured: pd.DataFrame, earlier: pd.DataFrame,
                         root: Path | None = None) -> pd.DataFrame:
-    """A recipe trained again in a later lease of the same profile: the two trainings'
-    artifacts at the same step (finals and checkpoints; the learning rate is constant after
-    the warm-up, so a checkpoint is what a run stopped there would be) through vLLM, on the
-    workloads both measured (K = 4, T = 0). A retraining check within
-    :data:`REPRODUCTION_TOLERANCE` where the two records are one training (the same data hash,
-    recipes equal but for what only costs: :func:`recipes.same_training`)."""
-    import json
-
-    root = Path(root or PLATEAU_RECORDS)
+    """A recipe trained again: the two trainings' artifacts at the same step (finals and
+    checkpoints; the learning rate is constant after the warm-up, so a checkpoint is what a
+    run stopped there would be) through vLLM, on the workloads both measured (K = 4, T = 0),
+    whatever stopped either run. A retraining check within :data:`REPRODUCTION_TOLERANCE`
+    where the two records are one training."""
     cols = ["run", "method", "step", "campaign", "earlier lease", "workloads",
             "earlier acceptance", "later acceptance", "difference", "one training",
             "within tolerance"]
-    if measured.empty or earlier.empty:
-        return pd.DataFrame(columns=cols)
-    wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
-    new = measured[measured["latest"]]
     rows = []
-    for _, a in earlier.sort_values(["run", "step"]).iterrows():
-        b = new[(new["campaign"] == a["campaign"]) & (new["run"] == a["run"])
-                & (new["step"] == a["step"])]
-        if b.empty:
-            continue
-        b = b.iloc[0]
-        both = [w for w in wl if w in a.index and pd.notna(a[w]) and pd.notna(b[w])]
-        if not both:
-            continue
-        old_man = root / SUPERSEDED_LEASES / a["lease"] / "plateau" / a["run"] / "manifest.json"
-        man = [json.loads(old_man.read_text()),
-               json.loads((plateau_record(root, b["campaign"], b["run"])[0] / "manifest.json")
-                          .read_text())]
-        one = _one_training(*man)
-        ea, la = float(a[both].mean()), float(b[both].mean())
-        rows.append({"run": a["run"], "method": man[1].get("method", b["method"]),
-                     "step": int(a["step"]), "campaign": a["campaign"], "earlier lease": a["lease"],
+    for a, b, both, ea, la, one in _paired(measured, earlier, Path(root or PLATEAU_RECORDS), False):
+        rows.append({"run": a["run"], "method": b["method"], "step": int(a["step"]),
+                     "campaign": a["campaign"], "earlier lease": a["lease"],
                      "workloads": ", ".join(w.removeprefix("vLLM: ") for w in both),
                      "earlier acceptance": ea, "later acceptance": la, "difference": la - ea,
                      "one training": one, "within tolerance":
