@@ -387,11 +387,18 @@ def test_an_exported_head_evaluates_again_as_it_was_evaluated(plateau_run, targe
     assert train.agreement_on(fresh, loaded[-1:])["loss"] > got["loss"] + 1  # untrained: worse
 
 
-def test_bench_times_each_phase_of_a_step(target, seqs):
+def test_bench_times_each_phase_of_a_step(target, seqs, monkeypatch):
     """train.bench: the phases of a real step, each timed, and a whole step without the
-    synchronisations; the recipe's batch is what it times."""
+    synchronisations; the recipe's batch is what it times, and its warm-up runs the very
+    batches it times (a shape new to the process costs once: lease 28)."""
     loaded, _, _ = seqs
-    r = train.bench(NAME, _recipe(), target, loaded, steps=2, warmup=1)
+    seen, update = [], train._update
+    monkeypatch.setattr(train, "_update", lambda kind, opt, params, b, *a, **k: (
+        seen.append(b["ids"]), update(kind, opt, params, b, *a, **k))[1])
+    r = train.bench(NAME, _recipe(), target, loaded, steps=3)
+    assert len(seen) == 9  # the warm-up, the timed pass, the whole steps: the same 3 batches
+    assert all(seen[i] is seen[i + 3] is seen[i + 6] for i in range(3))
+    assert len({id(b) for b in seen}) == 3
     assert set(r) >= {"features", "loss", "backward", "optimizer", "step_s"}
     assert all(r[k] > 0 for k in ("features", "backward", "optimizer", "step_s"))
     assert (r["name"], r["batch_size"], r["max_len"], r["device"]) == (NAME, 2, 24, "cpu")

@@ -625,11 +625,18 @@ def _update(kind: _Kind, opt, params, b: dict, grad_clip: float, mark=None):
     return loss, met, gn
 
 
-def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup: int = 5) -> dict:
-    """Where a training step's time goes, on this machine: ``steps`` steps of ``recipe`` after
-    ``warmup``, each phase timed with the device synchronised around it (the target's features,
-    the kind's loss without them, the backward pass, the optimiser step). Medians in seconds,
-    and a whole step timed without the synchronisations (what a training step costs)."""
+def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20) -> dict:
+    """Where a training step's time goes, on this machine: ``steps`` batches of ``recipe``,
+    each phase timed with the device synchronised around it (the target's features, the kind's
+    loss without them, the backward pass, the optimiser step). Medians in seconds, and a whole
+    step timed without the synchronisations (what a training step costs).
+
+    Every pass runs the same batches, after an untimed one over them. The first draft benched
+    in a process was several times slower than its fit (lease 28: draft-l6 benched first at
+    0.233 s a step and trained at 0.035; draft-l2 second at 0.016; lease 27 the same in the
+    other order), where the batches' shapes were new to the process: one-off costs per shape
+    (kernel selection) are the likely reason, and a fit of thousands of steps pays them once.
+    So the bench times shapes the process has run, as a long fit does."""
     dev = target.model.device
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     train_seqs, _ = split(seqs, recipe)
@@ -645,8 +652,9 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup
     aux = recipe.get("aux_layers", ())
     phases: dict[str, list[float]] = {"features": [], "loss": [], "backward": [], "optimizer": []}
 
-    def step(timed: bool):
-        b = next(it)
+    batches = [next(it) for _ in range(steps)]
+
+    def step(b: dict, timed: bool):
         if not timed:
             _update(kind, opt, params, b, recipe["grad_clip"])
             return
@@ -668,14 +676,14 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20, warmup
         _update(kind, opt, params, b, recipe["grad_clip"], mark)
 
     with target.reading(store):
-        for _ in range(warmup):
-            step(False)
-        for _ in range(steps):
-            step(True)
+        for b in batches:  # the warm-up: every shape the timed passes run
+            step(b, False)
+        for b in batches:
+            step(b, True)
         sync()
         t0 = time.perf_counter()
-        for _ in range(steps):
-            step(False)
+        for b in batches:
+            step(b, False)
         sync()
     out = {k: float(np.median(v)) for k, v in phases.items()}
     out["step_s"] = (time.perf_counter() - t0) / steps
