@@ -387,6 +387,25 @@ def test_an_exported_head_evaluates_again_as_it_was_evaluated(plateau_run, targe
     assert train.agreement_on(fresh, loaded[-1:])["loss"] > got["loss"] + 1  # untrained: worse
 
 
+def test_an_exported_draft_evaluates_again_as_it_was_evaluated(target, seqs, tmp_path):
+    """train.load_kind on an exported draft LM (the target's first layer, distilled for two
+    steps; config.json as vLLM loads it, the tied head left to the embeddings) gives the draft
+    the training evaluated: what `specdec train replay` runs on vLLM's sequences."""
+    loaded, digest, _ = seqs
+    name = "smollm2-draft-l2"
+    recipe = {**RECIPES[name], "num_layers": 1, "batch_size": 2, "max_len": 24,
+              "log_every": 1, "val_sequences": 1, "warmup_steps": 1, "eval_first_step": 1}
+    man = train.train(name, recipe, target, loaded, digest, tmp_path / name, max_steps=2)
+    final = man["run"]["final_eval"]
+    kind = train.load_kind(tmp_path / name, target)
+    assert kind.module.config.num_hidden_layers == 1
+    assert kind.module.lm_head.weight.data_ptr() == kind.module.model.embed_tokens.weight.data_ptr()
+    got = train.agreement_on(kind, loaded[-1:])
+    assert got["loss"] == pytest.approx(final["loss"], rel=0.05)
+    assert abs(got["acc1"] - final["acc1"]) <= 0.1
+    assert got["k4_rate"] == pytest.approx(train.k_rate([got["acc1"]]))
+
+
 def test_bench_times_each_phase_of_a_step(target, seqs, monkeypatch):
     """train.bench: the phases of a real step, each timed, and a whole step without the
     synchronisations; the recipe's batch is what it times, and its warm-up runs the very

@@ -696,7 +696,7 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20) -> dic
 
 
 def load_kind(artifact: Path, target: Target, dev=torch.device("cpu")) -> _Kind:
-    """An exported EAGLE-3 or EAGLE artifact (the files :func:`.export.build` writes) as the
+    """An exported EAGLE-3, EAGLE or draft-LM artifact (the files :func:`.export.build` writes) as the
     kind that trained it, to evaluate it again (:func:`agreement_on`)."""
     from safetensors.torch import load_file
 
@@ -712,10 +712,19 @@ def load_kind(artifact: Path, target: Target, dev=torch.device("cpu")) -> _Kind:
     elif recipe["kind"] == "eagle":
         sd = {k.replace("layers.0.", "midlayer."): v for k, v in sd.items()}
         kind.module = H.EagleHead(target.cfg)
+    elif recipe["kind"] == "draft":  # the draft LM as vLLM loads it (config.json beside)
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        kind.module = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(artifact)))
     else:
         raise ValueError(f"{artifact}: evaluating a {recipe['kind']} artifact again is not "
-                         f"supported (EAGLE-3 and EAGLE are)")
-    kind.module.load_state_dict({k: v.float() for k, v in sd.items()})
+                         f"supported (EAGLE-3, EAGLE and the drafts are)")
+    missing, unexpected = kind.module.load_state_dict({k: v.float() for k, v in sd.items()},
+                                                      strict=False)
+    tied = {"lm_head.weight"} if recipe["kind"] == "draft" else set()  # the embeddings'
+    if set(missing) - tied or unexpected:
+        raise ValueError(f"{artifact}: tensors missing {sorted(set(missing) - tied)}, "
+                         f"unexpected {sorted(unexpected)}")
     kind.module.to(dev)
     return kind
 
