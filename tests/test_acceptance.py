@@ -359,6 +359,27 @@ def _plateau_summary():
     return pd.DataFrame(rows)
 
 
+def test_plateau_artifacts_on_the_surface_with_the_training_that_bought_them(tmp_path):
+    """The final plateau artifact is read off the surface as on_the_surface reads it, with
+    its steps, seconds and why it stopped; its checkpoints are no surface method's."""
+    _plateau_records(tmp_path, stopped_by="plateau")
+    surface_df = pd.DataFrame({
+        "method": ["baseline", "eagle3", "eagle3"], "workload": ["repeat"] * 3,
+        "num_speculative_tokens": [0, 4, 4], "batch_size": [1, 1, 1],
+        "acceptance_alpha": [np.nan, 0.0, 1.0], "step_ms": [8.0, 10.0, 14.0]})
+    summary = _plateau_summary()
+    est = acceptance.plateau_on_the_surface(summary, surface_df, 4, tmp_path)
+    assert est["method"].tolist() == ["eagle3"] and est["profile"].tolist() == ["h100-plateau"]
+    want = acceptance.on_the_surface(summary, surface_df, 4, profile="h100-plateau")
+    assert est.loc[0, "speedup"] == pytest.approx(want.loc[0, "speedup"])
+    assert est.loc[0, "acceptance"] == pytest.approx(0.25)
+    assert (est.loc[0, "steps"], est.loc[0, "stopped by"]) == (1000, "plateau")
+    assert acceptance.plateau_surface_sentence(est).startswith(
+        "eagle3 (`h100-plateau`, 1000 steps in 100 s of training, stopped by plateau; "
+        "acceptance rate 25%")
+    assert acceptance.plateau_surface_sentence(est.iloc[0:0]).startswith("no plateau artifact")
+
+
 def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):
     _plateau_records(tmp_path)
     curves = acceptance.plateau_curves(tmp_path)

@@ -287,8 +287,8 @@ def unread_speedups(summary: pd.DataFrame) -> str:
 
 def ranking(summary: pd.DataFrame, profile: str, k: int, temperature: float = 0.0) -> pd.DataFrame:
     """Methods of one profile at one K, ordered by their mean acceptance over the workloads."""
-    s = speculative(summary)
-    s = s[(s["profile"] == profile) & (s["num_speculative_tokens"] == k)
+    s = speculative(summary, (profile,))
+    s = s[(s["num_speculative_tokens"] == k)
           & (s["temperature"] == temperature)]
     if s.empty:
         return pd.DataFrame()
@@ -425,6 +425,44 @@ def on_the_surface(summary: pd.DataFrame, surface_df: pd.DataFrame, k: int = 4,
                          "speedup": at["speedup"]})
     return pd.DataFrame(rows, columns=["method", "surface method", "acceptance", "tokens per step",
                                        "alpha", "batch_size", "speedup"])
+
+
+def plateau_on_the_surface(summary: pd.DataFrame, surface_df: pd.DataFrame,
+                           k: int = 4, root: Path | None = None) -> pd.DataFrame:
+    """:func:`on_the_surface` for the plateau trainings' final artifacts (their checkpoints
+    are no surface method's), each method from the first of :data:`PLATEAU_PROFILES` that
+    measured it, with the training that bought it (``steps``, ``training (s)``, ``stopped
+    by``: :func:`plateau_measured`). A prediction, as :func:`on_the_surface`'s."""
+    measured = plateau_measured(summary, root)
+    parts, seen = [], set()
+    for p in PLATEAU_PROFILES:
+        est = on_the_surface(summary, surface_df, k, profile=p)
+        est = est[~est["method"].isin(seen)].assign(profile=p)
+        seen |= set(est["method"])
+        parts.append(est)
+    est = pd.concat(parts, ignore_index=True)
+    for col, key in (("steps", "step"), ("training (s)", "training (s)"),
+                     ("stopped by", "stopped by")):
+        est[col] = [measured.loc[(measured["campaign"] == r.profile) & (measured["method"] == r.method),
+                                 key].iloc[0] if len(measured) else None
+                    for r in est.itertuples()]
+    return est
+
+
+def plateau_surface_sentence(est: pd.DataFrame) -> str:
+    """:func:`surface_sentence` with the training each reading's acceptance came from."""
+    done = est.dropna(subset=["speedup"])
+    if done.empty:
+        return "no plateau artifact's acceptance lies inside the measured surface yet"
+    parts = []
+    for m, g in done.groupby("method", sort=False):
+        a = g.iloc[0]
+        how = (f", {int(a['steps'])} steps in {a['training (s)']:.0f} s of training, stopped by "
+               f"{str(a['stopped by']).replace('_', ' ')}" if pd.notna(a["steps"]) else "")
+        parts.append(f"{m} (`{a['profile']}`{how}; acceptance rate {a['acceptance']:.0%}, "
+                     f"α ≈ {a['alpha']:.2f}, read as `{a['surface method']}`): "
+                     f"{surface.speedups_over_batch(g)}")
+    return "; ".join(parts)
 
 
 def linear_alpha_overstatement(est: pd.DataFrame, surface_df: pd.DataFrame, k: int) -> pd.Series:
