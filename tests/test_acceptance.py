@@ -374,10 +374,10 @@ def test_plateau_artifacts_on_the_surface_with_the_training_that_bought_them(tmp
     assert est.loc[0, "speedup"] == pytest.approx(want.loc[0, "speedup"])
     assert est.loc[0, "acceptance"] == pytest.approx(0.25)
     assert (est.loc[0, "steps"], est.loc[0, "stopped by"]) == (1000, "plateau")
-    assert acceptance.plateau_surface_sentence(est).startswith(
+    assert acceptance.surface_sentence(est).startswith(
         "eagle3 (`h100-plateau`, 1000 steps in 100 s of training, stopped by plateau; "
         "acceptance rate 25%")
-    assert acceptance.plateau_surface_sentence(est.iloc[0:0]).startswith("no plateau artifact")
+    assert acceptance.surface_sentence(est.iloc[0:0]).startswith("no trained method's")
 
 
 def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):

@@ -449,22 +449,6 @@ def plateau_on_the_surface(summary: pd.DataFrame, surface_df: pd.DataFrame,
     return est
 
 
-def plateau_surface_sentence(est: pd.DataFrame) -> str:
-    """:func:`surface_sentence` with the training each reading's acceptance came from."""
-    done = est.dropna(subset=["speedup"])
-    if done.empty:
-        return "no plateau artifact's acceptance lies inside the measured surface yet"
-    parts = []
-    for m, g in done.groupby("method", sort=False):
-        a = g.iloc[0]
-        how = (f", {int(a['steps'])} steps in {a['training (s)']:.0f} s of training, stopped by "
-               f"{str(a['stopped by']).replace('_', ' ')}" if pd.notna(a["steps"]) else "")
-        parts.append(f"{m} (`{a['profile']}`{how}; acceptance rate {a['acceptance']:.0%}, "
-                     f"α ≈ {a['alpha']:.2f}, read as `{a['surface method']}`): "
-                     f"{surface.speedups_over_batch(g)}")
-    return "; ".join(parts)
-
-
 def linear_alpha_overstatement(est: pd.DataFrame, surface_df: pd.DataFrame, k: int) -> pd.Series:
     """How much reading the speedup itself straight between the measured α
     (:func:`specdec.surface.speedup_at`) would overstate each :func:`on_the_surface` estimate:
@@ -475,13 +459,20 @@ def linear_alpha_overstatement(est: pd.DataFrame, surface_df: pd.DataFrame, k: i
 
 
 def surface_sentence(est: pd.DataFrame) -> str:
+    """An :func:`on_the_surface` reading in words; a :func:`plateau_on_the_surface` one also
+    names the training that bought each acceptance."""
     done = est.dropna(subset=["speedup"])
     if done.empty:
         return "no trained method's acceptance lies inside the measured surface yet"
     parts = []
     for m, g in done.groupby("method", sort=False):
         a = g.iloc[0]
-        parts.append(f"{m} (acceptance rate {a['acceptance']:.0%}, per-token α ≈ "
+        trained = ""
+        if "steps" in g:
+            trained = f"`{a['profile']}`" + (
+                f", {int(a['steps'])} steps in {a['training (s)']:.0f} s of training, stopped "
+                f"by {str(a['stopped by']).replace('_', ' ')}" if pd.notna(a["steps"]) else "") + "; "
+        parts.append(f"{m} ({trained}acceptance rate {a['acceptance']:.0%}, per-token α ≈ "
                      f"{a['alpha']:.2f}, read as `{a['surface method']}`): "
                      f"{surface.speedups_over_batch(g)}")
     return "; ".join(parts)
