@@ -107,6 +107,9 @@ receive)
   # a recorded training's parts (train-out.tgz.NNN + index), to install beside a new one
   cp -v .train-out/*/train-out.* /tmp/t/recorded/ 2>/dev/null
   ls -la /tmp/b /tmp/vc /tmp/t /tmp/t/recorded
+  # what the plan's calls have not brought to this machine yet (all of it, on a fresh machine
+  # that replaced one taken back mid-lease: lease 28): repeat the calls that carry those files
+  PYTHONPATH=lib python3 -c 'from specdec import carry; print("still to carry:", " ".join(carry.still_to_carry()) or "nothing")'
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   # which physical GPU (hence host) this lease runs on: the rows carry the same UUID
   echo "receive $(stamp) $(nvidia-smi --query-gpu=uuid,pci.bus_id --format=csv,noheader | head -1)" >> /tmp/lease.log

@@ -34,6 +34,30 @@ CARRIED = {".bundle": "/tmp/b", ".train-carry": "/tmp/t", ".train-out": "/tmp/t/
            ".vllm-cache": "/tmp/vc"}
 
 
+#: The index the first carrying call brings into a device folder, and its key naming every
+#: file the folder is to hold (the bundle's parts; the training carry's files).
+INDEX = {"/tmp/b": ("manifest.json", "parts"), "/tmp/t": ("carry.json", "files")}
+
+
+def still_to_carry(index: dict = INDEX) -> list[str]:
+    """On the device, after ``scripts/lease.sh receive``: the files a folder's index names that
+    are not there yet, or the index itself where the folder holds files but not it. A machine
+    taken back mid-lease takes what it was carried along (lease 2026-12-06-h200-28 lost five
+    parts so): this says which calls of the plan to repeat on the next one. Standard library
+    only (the host's python has no more)."""
+    out = []
+    for folder, (name, key) in index.items():
+        d = Path(folder)
+        if not (d / name).is_file():
+            if d.is_dir() and any(p.is_file() for p in d.iterdir()):
+                out.append(str(d / name))
+            continue
+        listed = json.loads((d / name).read_text())[key]
+        names = [x["name"] for x in listed] if isinstance(listed, list) else list(listed)
+        out += [str(d / n) for n in names if not (d / n).is_file()]
+    return out
+
+
 def on_disk(size: int) -> int:
     """Bytes a file of ``size`` bytes is counted as: whole 4 KiB blocks."""
     return -(-int(size) // BLOCK) * BLOCK
