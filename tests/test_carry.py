@@ -86,24 +86,28 @@ def test_lease_sh_receive_takes_every_carried_folder_where_carry_says():
 def test_still_to_carry_names_what_a_machine_lacks(tmp_path):
     """After a machine was taken back, the fresh one holds only the later calls' files: the
     receive step names the rest from the indexes the first call brings."""
+    import inspect
+
+    from specdec import bundle
+
     b, t = tmp_path / "b", tmp_path / "t"
-    index = {str(b): ("manifest.json", "parts"), str(t): ("carry.json", "files")}
     b.mkdir()
     (b / "specdec-bundle.tar.xz.001").write_bytes(b"2")  # a later call's part, no manifest yet
-    assert carry.still_to_carry(index) == [str(b / "manifest.json")]  # t/ absent: nothing of it
-    (b / "manifest.json").write_text(json.dumps({"parts": [
+    assert carry.still_to_carry(b, t) == [str(b / "manifest.json")]  # t/ absent: nothing of it
+    (b / "manifest.json").write_text(json.dumps({"format": bundle.FORMAT, "parts": [
         {"name": f"specdec-bundle.tar.xz.00{i}"} for i in range(3)]}))
     t.mkdir()
     (t / "carry.json").write_text(json.dumps({"files": {"target.gguf.000": "h", "split.json": "h"}}))
     (t / "split.json").write_text("{}")
-    assert carry.still_to_carry(index) == [str(b / "specdec-bundle.tar.xz.000"),
+    assert carry.still_to_carry(b, t) == [str(b / "specdec-bundle.tar.xz.000"),
                                            str(b / "specdec-bundle.tar.xz.002"),
                                            str(t / "target.gguf.000")]
     for f in ("specdec-bundle.tar.xz.000", "specdec-bundle.tar.xz.002"):
         (b / f).write_bytes(b"1")
     (t / "target.gguf.000").write_bytes(b"1")
-    assert carry.still_to_carry(index) == []
-    assert carry.INDEX.keys() <= set(carry.CARRIED.values())  # where receive puts them
+    assert carry.still_to_carry(b, t) == []
+    defaults = inspect.signature(carry.still_to_carry).parameters  # where receive puts them
+    assert {p.default for p in defaults.values()} <= set(carry.CARRIED.values())
 
 
 def test_plan_refuses_a_recorded_training_from_elsewhere(tmp_path, capsys):

@@ -341,11 +341,19 @@ def read_manifest(bundle_dir: Path | str) -> dict:
     return man
 
 
+def missing_parts(bundle_dir: Path | str) -> list[str]:
+    """The parts the manifest names that are not in ``bundle_dir`` (yet: a lease carries them
+    over several calls, :func:`specdec.carry.still_to_carry`)."""
+    bundle_dir = Path(bundle_dir)
+    return [p["name"] for p in read_manifest(bundle_dir)["parts"]
+            if not (bundle_dir / p["name"]).is_file()]
+
+
 def verify(bundle_dir: Path | str) -> dict:
     """Check that every part is present with its recorded size and sha256, and the whole too."""
     bundle_dir = Path(bundle_dir)
     man = read_manifest(bundle_dir)
-    missing = [p["name"] for p in man["parts"] if not (bundle_dir / p["name"]).is_file()]
+    missing = missing_parts(bundle_dir)
     if missing:
         raise BundleError(f"{bundle_dir}: missing part(s) {', '.join(missing)} "
                           f"of {len(man['parts'])}")

@@ -34,28 +34,25 @@ CARRIED = {".bundle": "/tmp/b", ".train-carry": "/tmp/t", ".train-out": "/tmp/t/
            ".vllm-cache": "/tmp/vc"}
 
 
-#: The index the first carrying call brings into a device folder, and its key naming every
-#: file the folder is to hold (the bundle's parts; the training carry's files).
-INDEX = {"/tmp/b": ("manifest.json", "parts"), "/tmp/t": ("carry.json", "files")}
+def still_to_carry(bundle_dir: str = CARRIED[".bundle"],
+                   carry_dir: str = CARRIED[".train-carry"]) -> list[str]:
+    """On the device, after ``scripts/lease.sh receive``: the bundle parts its manifest names
+    (:func:`specdec.bundle.missing_parts`) and the training-carry files its ``carry.json``
+    names that are not there yet, or an index itself where its folder holds files but not it.
+    A machine taken back mid-lease takes what it was carried along (lease
+    2026-12-06-h200-28 lost five parts so): this says which calls of the plan to repeat on
+    the next one. Standard library only (the host's python has no more)."""
+    from . import bundle
 
+    def lacking(d: Path, index: str, names) -> list[str]:
+        if not (d / index).is_file():
+            return [str(d / index)] if d.is_dir() and any(p.is_file() for p in d.iterdir()) else []
+        return [str(d / n) for n in names()]
 
-def still_to_carry(index: dict = INDEX) -> list[str]:
-    """On the device, after ``scripts/lease.sh receive``: the files a folder's index names that
-    are not there yet, or the index itself where the folder holds files but not it. A machine
-    taken back mid-lease takes what it was carried along (lease 2026-12-06-h200-28 lost five
-    parts so): this says which calls of the plan to repeat on the next one. Standard library
-    only (the host's python has no more)."""
-    out = []
-    for folder, (name, key) in index.items():
-        d = Path(folder)
-        if not (d / name).is_file():
-            if d.is_dir() and any(p.is_file() for p in d.iterdir()):
-                out.append(str(d / name))
-            continue
-        listed = json.loads((d / name).read_text())[key]
-        names = [x["name"] for x in listed] if isinstance(listed, list) else list(listed)
-        out += [str(d / n) for n in names if not (d / n).is_file()]
-    return out
+    b, t = Path(bundle_dir), Path(carry_dir)
+    return (lacking(b, bundle.MANIFEST, lambda: bundle.missing_parts(b))
+            + lacking(t, "carry.json", lambda: [n for n in json.loads(
+                (t / "carry.json").read_text())["files"] if not (t / n).is_file()]))
 
 
 def on_disk(size: int) -> int:
