@@ -406,6 +406,31 @@ def test_an_exported_draft_evaluates_again_as_it_was_evaluated(target, seqs, tmp
     assert got["k4_rate"] == pytest.approx(train.k_rate([got["acc1"]]))
 
 
+def test_a_medusa_k_copy_replays_as_the_trained_heads(target, seqs, tmp_path):
+    """vLLM measures Medusa through ``<name>-k<K>`` copies (artifacts.medusa_variants), which
+    have no recipe: `specdec train replay` resolves a copy to the trained heads it was cut
+    from (train.trained_artifact) and evaluates those; a trained artifact resolves to itself
+    (lease 29's replay of medusa-k4 failed on the copy's missing recipe.json)."""
+    loaded, digest, _ = seqs
+    name = "smollm2-medusa"
+    recipe = {**RECIPES[name], "batch_size": 2, "max_len": 24, "log_every": 1,
+              "val_sequences": 1, "warmup_steps": 1, "eval_first_step": 1}
+    man = train.train(name, recipe, target, loaded, digest, tmp_path / name, max_steps=2)
+    assert artifacts.medusa_variants(name, [2, 4], tmp_path) == [f"{name}-k2", f"{name}-k4"]
+    assert not (tmp_path / f"{name}-k4" / "recipe.json").exists()
+    assert train.trained_artifact(tmp_path, f"{name}-k4") == (name, tmp_path / name)
+    assert train.trained_artifact(tmp_path, name) == (name, tmp_path / name)
+    kind = train.load_kind(train.trained_artifact(tmp_path, f"{name}-k2")[1], target)
+    assert len(kind.module.blocks) == RECIPES[name]["num_heads"]
+    from safetensors.torch import load_file
+    saved = load_file(str(tmp_path / name / "model.safetensors"))["blocks.3.layers.0.weight"]
+    assert saved.abs().sum() > 0  # trained away from the zero start
+    assert torch.equal(kind.module.blocks[3]["layers"][0].weight, saved.float())
+    got, final = train.agreement_on(kind, loaded[-1:]), man["run"]["final_eval"]
+    assert got["loss"] == pytest.approx(final["loss"], rel=0.05)  # the heads it trained
+    assert all(abs(got[f"acc{k}"] - final[f"acc{k}"]) <= 0.1 for k in range(1, 5))
+
+
 def test_bench_times_each_phase_of_a_step(target, seqs, monkeypatch):
     """train.bench: the phases of a real step, each timed, and a whole step without the
     synchronisations; the recipe's batch is what it times, and its warm-up runs the very
@@ -510,6 +535,17 @@ def test_a_lease_measures_what_it_trained(tmp_path, monkeypatch, capsys):
     assert "h200-plateau: 12 cells" in capsys.readouterr().out  # 4 artifacts x 3 workloads
     with pytest.raises(validate.ValidationError, match="smollm2-eagle-c1|is missing"):
         runner.run("h200-plateau", ["steps-eagle3", "steps-eagle"], dry_run=True,
+                   results_root=tmp_path / "results")
+    # --cell narrows what must be installed to its cells' artifacts: one data size trained,
+    # its cells run; the experiment's other sizes stay missing (lease 29 was refused here)
+    (tmp_path / f"{NAME}-data1of8").mkdir()
+    (tmp_path / f"{NAME}-data1of8" / "config.json").write_text(json.dumps({"vocab_size": 49152}))
+    capsys.readouterr()
+    runner.run("h200-plateau", ["data-eagle3"], dry_run=True, results_root=tmp_path / "results",
+               cells=["eagle3-data1of8-*"])
+    assert "h200-plateau: 3 cells" in capsys.readouterr().out
+    with pytest.raises(validate.ValidationError, match="data1of4|is missing"):
+        runner.run("h200-plateau", ["data-eagle3"], dry_run=True,
                    results_root=tmp_path / "results")
     # a prompt that cannot fit the engine's context is refused before an engine starts (lease
     # 25 measured 32 held-out ShareGPT prompts, the 26th of 2821 tokens: vLLM refused its cells)

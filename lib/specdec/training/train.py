@@ -696,8 +696,8 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20) -> dic
 
 
 def load_kind(artifact: Path, target: Target, dev=torch.device("cpu")) -> _Kind:
-    """An exported EAGLE-3, EAGLE or draft-LM artifact (the files :func:`.export.build` writes) as the
-    kind that trained it, to evaluate it again (:func:`agreement_on`)."""
+    """An exported EAGLE-3, EAGLE, Medusa or draft-LM artifact (the files :func:`.export.build`
+    writes) as the kind that trained it, to evaluate it again (:func:`agreement_on`)."""
     from safetensors.torch import load_file
 
     recipe = json.loads((artifact / "recipe.json").read_text())
@@ -717,9 +717,13 @@ def load_kind(artifact: Path, target: Target, dev=torch.device("cpu")) -> _Kind:
     elif recipe["kind"] == "eagle":
         sd = {k.replace("layers.0.", "midlayer."): v for k, v in sd.items()}
         kind.module = H.EagleHead(target.cfg)
-    else:
-        raise ValueError(f"{artifact}: evaluating a {recipe['kind']} artifact again is not "
-                         f"supported (EAGLE-3, EAGLE and the drafts are)")
+    else:  # medusa: the heads; their shared output head is the target's (export.build)
+        sd.pop("lm_heads.0.weight")
+        vocab = sd.pop("token_map", torch.arange(target.cfg["vocab_size"]))
+        kind.vocab_ids = vocab.to(dev)
+        kind.head_w = target.lm_head[kind.vocab_ids]
+        kind.module = H.MedusaHeads(target.cfg["hidden_size"], recipe["num_heads"],
+                                    recipe["num_layers"])
     kind.module.load_state_dict({k: v.float() for k, v in sd.items()})
     kind.module.to(dev)
     return kind
@@ -747,6 +751,15 @@ def vllm_acceptance(runs, method: str, workload: str) -> dict:
             "cells": sorted(set(r["cell_id"])), "rows_git_commit": sorted(set(r["git_commit"]))}
 
 
+def trained_artifact(artifacts_dir: Path, name: str) -> tuple[str, Path]:
+    """The installed artifact ``name``, or, where it is a K-head copy made for vLLM (Medusa's
+    ``<name>-k<K>``, its manifest's ``variant_of``), the trained artifact it was cut from: the
+    one with the recipe and the training's weights."""
+    man = Path(artifacts_dir) / name / "manifest.json"
+    base = json.loads(man.read_text()).get("variant_of") if man.is_file() else None
+    return (base, Path(artifacts_dir) / base) if base else (name, Path(artifacts_dir) / name)
+
+
 def replay(profile: str, method: str, artifacts_dir: Path, target_path: Path, val: int = 64) -> dict:
     """The training code's agreement, here on the CPU, on the very sequences vLLM generated in
     ``profile``'s cells of ``method`` at T = 0 (prompt + output tokens, as stored), and on the
@@ -759,8 +772,7 @@ def replay(profile: str, method: str, artifacts_dir: Path, target_path: Path, va
     from .. import profiles, provenance, store, workloads
 
     prof = profiles.load_profile(profile)
-    name = prof.model(prof.method(method).draft).source.artifact
-    art = Path(artifacts_dir) / name
+    name, art = trained_artifact(artifacts_dir, prof.model(prof.method(method).draft).source.artifact)
     if not (art / "model.safetensors").is_file():
         raise SystemExit(f"{art}: no weights (install them: specdec train unpack PARTS "
                          f"--artifacts {artifacts_dir})")
