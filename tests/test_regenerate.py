@@ -221,7 +221,7 @@ def test_devicetime_splits_the_cells_among_concurrent_engines():
     plateau = profiles.load_profile("h200-plateau")
     one = plateau.model_copy(update={"protocol": plateau.protocol.model_copy(
         update={"concurrent_engines": 1})})
-    a, b = (devicetime.estimate(p, "h100-plateau", ["steps-eagle3"]).iloc[0] for p in (plateau, one))
+    a, b = (devicetime.estimate(p, "h100-plateau-v2", ["steps-eagle3"]).iloc[0] for p in (plateau, one))
     assert a["engines"] == b["engines"] == 4 and a["cells_s"] == b["cells_s"] > 0
     assert a["device_s"] == pytest.approx(a["engine_start_s"] + a["cells_s"] / 3)
     assert b["device_s"] == pytest.approx(b["engine_start_s"] + b["cells_s"])

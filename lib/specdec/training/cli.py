@@ -189,7 +189,7 @@ def register(subparsers) -> None:
     k.set_defaults(func=_cmd_keep_data)
     r = sub.add_parser("replay", help="the training code's agreement on the sequences vLLM "
                                       "generated in a profile's cells (CPU; needs the weights)")
-    r.add_argument("--profile", default="h100-plateau")
+    r.add_argument("--profile", default="h100-plateau-v2", help="where the cells are (h200-plateau on an H200)")
     r.add_argument("--method", required=True, help="a method of the profile, e.g. eagle3")
     r.add_argument("--artifacts", type=Path, required=True,
                    help="where the artifact's weights are installed (specdec train unpack --artifacts)")
