@@ -402,6 +402,11 @@ def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):
     assert [ln.get_label() for ln in left.get_lines()] == \
         ["smollm2-eagle3", "smollm2-eagle3: first 64 tokens"]
     assert list(left.get_lines()[1].get_ydata()) == pytest.approx([0.25, 0.35, 0.45, 0.55])
+    # two runs of one method (the two distilled drafts are both draft_model): two colours
+    two = pd.concat([curves, curves.assign(artifact="smollm2-eagle3-b")], ignore_index=True)
+    lines = plots_trained.learning_curves(two, m.reset_index().iloc[0:0]).axes[0].get_lines()
+    colour = {ln.get_label(): ln.get_color() for ln in lines}
+    assert colour["smollm2-eagle3"] != colour["smollm2-eagle3-b"]
     # a Medusa record is measured as its K-head variant (<record>-k4): read with its record
     medusa = _plateau_summary().assign(draft=lambda d: d["draft"] + "-k4")
     m = acceptance.plateau_measured(medusa, tmp_path).set_index("artifact")

@@ -142,10 +142,15 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
         _no_data(left)
         _no_data(right)
         return fig
-    palette = method_palette(sorted(whole["method"].unique()))
+    # a method's colour where one run has it; runs sharing a method (the two distilled drafts)
+    # each their own
+    runs = whole[["artifact", "method"]].drop_duplicates()
+    shared = runs["method"].duplicated(keep=False)
+    key = dict(zip(runs["artifact"], runs["method"].where(~shared, runs["artifact"])))
+    palette = method_palette(sorted(set(key.values())))
     for name, g in whole.groupby("artifact"):
         g = g.sort_values("step")
-        colour = palette[g["method"].iloc[0]]
+        colour = palette[key[name]]
         left.plot(g["training (s)"], g["agreement"], marker="o", color=colour, label=name)
         first = g.dropna(subset=["first-64 agreement"])  # recorded from lease 25 on
         if len(first):
