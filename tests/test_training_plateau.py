@@ -409,7 +409,7 @@ def test_an_exported_draft_evaluates_again_as_it_was_evaluated(target, seqs, tmp
 def test_a_medusa_k_copy_replays_as_the_trained_heads(target, seqs, tmp_path):
     """vLLM measures Medusa through ``<name>-k<K>`` copies (artifacts.medusa_variants), which
     have no recipe: `specdec train replay` resolves a copy to the trained heads it was cut
-    from (train.trained_artifact) and evaluates those; a trained artifact resolves to itself
+    from (artifacts.trained_of) and evaluates those; a trained artifact resolves to itself
     (lease 29's replay of medusa-k4 failed on the copy's missing recipe.json)."""
     loaded, digest, _ = seqs
     name = "smollm2-medusa"
@@ -418,9 +418,9 @@ def test_a_medusa_k_copy_replays_as_the_trained_heads(target, seqs, tmp_path):
     man = train.train(name, recipe, target, loaded, digest, tmp_path / name, max_steps=2)
     assert artifacts.medusa_variants(name, [2, 4], tmp_path) == [f"{name}-k2", f"{name}-k4"]
     assert not (tmp_path / f"{name}-k4" / "recipe.json").exists()
-    assert train.trained_artifact(tmp_path, f"{name}-k4") == (name, tmp_path / name)
-    assert train.trained_artifact(tmp_path, name) == (name, tmp_path / name)
-    kind = train.load_kind(train.trained_artifact(tmp_path, f"{name}-k2")[1], target)
+    assert artifacts.trained_of(f"{name}-k4", tmp_path) == name
+    assert artifacts.trained_of(name, tmp_path) == name
+    kind = train.load_kind(tmp_path / artifacts.trained_of(f"{name}-k2", tmp_path), target)
     assert len(kind.module.blocks) == RECIPES[name]["num_heads"]
     from safetensors.torch import load_file
     saved = load_file(str(tmp_path / name / "model.safetensors"))["blocks.3.layers.0.weight"]

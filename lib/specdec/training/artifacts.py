@@ -93,6 +93,14 @@ def resolve(name: str) -> str:
     return str(d)
 
 
+def trained_of(name: str, root: Path | None = None) -> str:
+    """The artifact that ``name`` in ``root`` (default: :func:`trained_root`) is a K-head copy
+    of (a Medusa ``<name>-k<K>``, :func:`medusa_variants`: its manifest's ``variant_of``),
+    else ``name`` itself: the one with the recipe and the training's weights."""
+    man = _read(Path(root or trained_root()) / name / MANIFEST) or {}
+    return man.get("variant_of") or name
+
+
 def installed_weights(name: str) -> str | None:
     """The sha256 of the weights of artifact ``name`` as installed here (the training's own
     hash, from the manifest beside the files; a Medusa ``-k<K>`` variant: its trained heads'),

@@ -366,11 +366,14 @@ class Eagle(_Kind):
 class Medusa(_Kind):
     def __init__(self, recipe, target, seqs, dev):
         super().__init__(recipe, target, seqs, dev)
-        self.vocab_ids = draft_vocab(seqs, recipe["truncated_vocab_size"],
-                                     target.cfg["vocab_size"]).to(dev)
+        self.use_vocab(draft_vocab(seqs, recipe["truncated_vocab_size"], target.cfg["vocab_size"]))
         self.module = H.MedusaHeads(target.cfg["hidden_size"], recipe["num_heads"],
                                     recipe["num_layers"]).to(dev)
-        self.head_w = target.lm_head[self.vocab_ids]
+
+    def use_vocab(self, vocab_ids):
+        """The token ids the heads predict and the target's head rows they share."""
+        self.vocab_ids = vocab_ids.to(self.dev)
+        self.head_w = self.t.lm_head[self.vocab_ids]
 
     def loss(self, b):
         f = self.t.features(b)
@@ -719,9 +722,7 @@ def load_kind(artifact: Path, target: Target, dev=torch.device("cpu")) -> _Kind:
         kind.module = H.EagleHead(target.cfg)
     else:  # medusa: the heads; their shared output head is the target's (export.build)
         sd.pop("lm_heads.0.weight")
-        vocab = sd.pop("token_map", torch.arange(target.cfg["vocab_size"]))
-        kind.vocab_ids = vocab.to(dev)
-        kind.head_w = target.lm_head[kind.vocab_ids]
+        kind.use_vocab(sd.pop("token_map", torch.arange(target.cfg["vocab_size"])))
         kind.module = H.MedusaHeads(target.cfg["hidden_size"], recipe["num_heads"],
                                     recipe["num_layers"])
     kind.module.load_state_dict({k: v.float() for k, v in sd.items()})
@@ -751,15 +752,6 @@ def vllm_acceptance(runs, method: str, workload: str) -> dict:
             "cells": sorted(set(r["cell_id"])), "rows_git_commit": sorted(set(r["git_commit"]))}
 
 
-def trained_artifact(artifacts_dir: Path, name: str) -> tuple[str, Path]:
-    """The installed artifact ``name``, or, where it is a K-head copy made for vLLM (Medusa's
-    ``<name>-k<K>``, its manifest's ``variant_of``), the trained artifact it was cut from: the
-    one with the recipe and the training's weights."""
-    man = Path(artifacts_dir) / name / "manifest.json"
-    base = json.loads(man.read_text()).get("variant_of") if man.is_file() else None
-    return (base, Path(artifacts_dir) / base) if base else (name, Path(artifacts_dir) / name)
-
-
 def replay(profile: str, method: str, artifacts_dir: Path, target_path: Path, val: int = 64) -> dict:
     """The training code's agreement, here on the CPU, on the very sequences vLLM generated in
     ``profile``'s cells of ``method`` at T = 0 (prompt + output tokens, as stored), and on the
@@ -772,7 +764,9 @@ def replay(profile: str, method: str, artifacts_dir: Path, target_path: Path, va
     from .. import profiles, provenance, store, workloads
 
     prof = profiles.load_profile(profile)
-    name, art = trained_artifact(artifacts_dir, prof.model(prof.method(method).draft).source.artifact)
+    # a Medusa K-head copy (what vLLM loaded) replays as the trained heads it was cut from
+    name = artifacts.trained_of(prof.model(prof.method(method).draft).source.artifact, artifacts_dir)
+    art = Path(artifacts_dir) / name
     if not (art / "model.safetensors").is_file():
         raise SystemExit(f"{art}: no weights (install them: specdec train unpack PARTS "
                          f"--artifacts {artifacts_dir})")
