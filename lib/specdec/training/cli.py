@@ -17,11 +17,25 @@ def _target_dir() -> Path:
     return Path(models.resolve_model(prof, prof.target.name))
 
 
+def carry_part_bytes(tree: int | None = None) -> int:
+    """The GGUF part size that fits one device call beside the tree as it is now (the tree
+    grows with every lease's rows: 25 MB parts fitted beside 38.9 MiB, not beside 40.4),
+    with a tenth of the room to spare, in whole MB."""
+    from .. import carry
+
+    room = carry.CALL_BYTES - carry.MARGIN - (carry.tree_bytes() if tree is None else tree)
+    part = int(room * 0.9) // 1_000_000 * 1_000_000
+    if part < 4_000_000:
+        raise SystemExit(f"the tree leaves {room / carry.MIB:.1f} MiB a call: too little to carry "
+                         "the target's GGUF in parts")
+    return part
+
+
 def _cmd_carry(a) -> int:
     from . import device
 
-    sizes = {} if a.part_bytes is None else {"part_bytes": a.part_bytes}
-    man = device.make_carry(a.out, a.prompts, wheel_dir=a.wheel_dir, **sizes)
+    man = device.make_carry(a.out, a.prompts, wheel_dir=a.wheel_dir,
+                            part_bytes=a.part_bytes or carry_part_bytes())
     for f in sorted(man["files"]):
         print(f"  {f}  {(a.out / f).stat().st_size / 1e6:.1f} MB")
     print(f"{a.out}: {man['split']['train']['count']} training prompts (sha256 "
@@ -170,7 +184,7 @@ def register(subparsers) -> None:
     c.add_argument("--out", type=Path, default=paths.ROOT / ".train-carry")
     c.add_argument("--prompts", type=int, default=None, help="training prompts (default: recipe)")
     c.add_argument("--part-bytes", type=int, default=None,
-                   help="GGUF part size (default: device.make_carry's, which fits a call beside the tree)")
+                   help="GGUF part size (default: what fits one call beside the tree now)")
     c.add_argument("--wheel-dir", type=Path, default=paths.ROOT / ".whl",
                    help="where the gguf wheel is (pip download gguf==0.19.0 --no-deps -d .whl)")
     c.set_defaults(func=lambda a: _cmd_carry(_default_prompts(a)))
