@@ -565,3 +565,61 @@ def test_the_superseded_eagle_training_is_read_with_its_own_records():
     assert set(eagle["lease"]) == {"2026-12-05-h100-26"} and not eagle["latest"].any()
     assert sorted(eagle["step"]) == [1000, 2000, 4000, 7307]
     assert set(eagle["stopped by"]) == {"time_cap"}
+
+
+def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tmp_path):
+    """A run trained on half its data (<run>-data1of2, to its own plateau) is a point of the
+    run's data-size curve with the whole-data run, vLLM's acceptance where measured; the short
+    answer and the learning curves name the whole-data run only."""
+    _plateau_records(tmp_path, stopped_by="plateau")
+    man = json.loads((tmp_path / "smollm2-eagle3" / "manifest.json").read_text())
+    man["run"]["train_sequences"] = 2000
+    (tmp_path / "smollm2-eagle3" / "manifest.json").write_text(json.dumps(man))
+    half = json.loads(json.dumps(man))
+    half["artifact"] = "smollm2-eagle3-data1of2"
+    half["run"].update(data_fraction=0.5, train_sequences=1000, steps=500)
+    half["run"]["evals"] = [e for e in half["run"]["evals"] if e["step"] <= 500]
+    (tmp_path / "smollm2-eagle3-data1of2").mkdir()
+    (tmp_path / "smollm2-eagle3-data1of2" / "manifest.json").write_text(json.dumps(half))
+    summary = pd.concat([_plateau_summary(), pd.DataFrame(
+        [_row("h100-plateau", "eagle3-data1of2", 4, wl, 0.0, r, [0.5, 0.3, 0.2, 0.1],
+              draft="smollm2-eagle3-data1of2") for wl, r in (("mtbench", 0.2), ("humaneval", 0.16))])],
+        ignore_index=True)
+    curves = acceptance.plateau_curves(tmp_path)
+    measured = acceptance.plateau_measured(summary, tmp_path)
+    sizes = acceptance.plateau_data_sizes(measured, curves)
+    assert sizes["artifact"].tolist() == ["smollm2-eagle3-data1of2", "smollm2-eagle3"]
+    assert sizes["sequences"].tolist() == [1000, 2000] and sizes["step"].tolist() == [500, 1000]
+    assert sizes["vLLM: mean"].tolist() == pytest.approx([0.18, 0.25])
+    assert sizes["first-64 agreement"].tolist() == pytest.approx([0.45, 0.55])
+    assert acceptance.data_size_sentence(sizes) == (
+        "eagle3 on 1000 / 2000 training sequences: 18.0% / 25.0% through vLLM (held-out "
+        "agreement over the first 64 tokens 45.0% / 55.0%), each stopped by plateau; the whole "
+        "data against its 1/2: +7.0 points")
+    within = sizes.assign(**{"vLLM: mean": [0.24, 0.25]})
+    assert acceptance.data_size_sentence(within, ["smollm2-eagle3", "smollm2-eagle"]).endswith(
+        "+1.0 points, within the ±3 points of a reproduction: more data bought nothing "
+        "measurable; not yet trained on parts of their data: eagle")
+    assert acceptance.data_size_sentence(sizes.iloc[0:0]).startswith("no method")
+    assert acceptance.plateau_short(measured, curves).startswith("eagle3 25% (20%–30%)")
+    assert "data1of2" not in acceptance.plateau_short(measured, curves)
+    from specdec import plots_trained
+
+    left, right = plots_trained.data_size_curves(sizes).axes[:2]
+    assert list(right.get_lines()[0].get_xdata()) == [1000, 2000]
+    assert [float(y) for y in left.get_lines()[0].get_ydata()] == pytest.approx([0.18, 0.25])
+    # only the whole data trained: no data-size curve
+    assert acceptance.plateau_data_sizes(measured, curves[curves["data fraction"] == 1]).empty
+
+
+def test_max_steps_changes_a_training_only_under_a_schedule_that_reads_it():
+    """With a constant rate (after the warm-up) a run allowed more steps computes the same
+    steps up to the other's cap: one training; under a cosine schedule every rate moves."""
+    from specdec.training.recipes import RECIPES, same_training
+
+    r = RECIPES["smollm2-draft-l2"]
+    assert r["lr_schedule"] == "constant"
+    assert same_training({**r, "max_steps": 16000}, {**r, "max_steps": 32000})
+    cosine = {**r, "lr_schedule": "cosine"}
+    assert not same_training({**cosine, "max_steps": 16000}, {**cosine, "max_steps": 32000})
+    assert not same_training({**r, "max_steps": 16000}, {**cosine, "max_steps": 16000})

@@ -679,10 +679,12 @@ def plateau_curves(root: Path | None = None) -> pd.DataFrame:
                          "checkpoint": ev.get("checkpoint"), "stopped by": run.get("stopped_by"),
                          # what the plateau rule watched (recipes before lease 25: the whole)
                          "plateau on": option(man.get("recipe", {}), "plateau_on"),
-                         "device": run.get("device_name"), "data fraction": run.get("data_fraction")})
+                         "device": run.get("device_name"), "data fraction": run.get("data_fraction"),
+                         "sequences": run.get("train_sequences")})
     return pd.DataFrame(rows, columns=["artifact", "method", "step", "training (s)", "agreement",
                                        "predicted K=4 rate", "first-64 agreement", "checkpoint",
-                                       "stopped by", "plateau on", "device", "data fraction"])
+                                       "stopped by", "plateau on", "device", "data fraction",
+                                       "sequences"])
 
 
 def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:
@@ -720,6 +722,57 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
         row["vLLM: mean"] = float(g.groupby("workload")["acceptance_rate"].mean().mean())
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["campaign", "artifact", "step"])
+
+
+def plateau_data_sizes(measured: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """The data-size curve of each run trained on parts of its data (``<run>-data1of<N>``,
+    each to its own plateau): one row per size, the whole-data run included, with the training
+    sequences, steps, why it stopped, training seconds, the held-out agreement over the first
+    64 tokens and vLLM's acceptance at K = 4, T = 0 (mean over the workloads, and each) where
+    it was measured."""
+    cols = ["run", "method", "artifact", "data fraction", "sequences", "step", "stopped by",
+            "training (s)", "first-64 agreement"]
+    if curves.empty:
+        return pd.DataFrame(columns=cols)
+    finals = curves.sort_values("step").groupby("artifact").tail(1).copy()
+    finals["run"] = finals["artifact"].str.replace(r"-data1of\d+$", "", regex=True)
+    sized = set(finals.loc[finals["data fraction"] < 1, "run"])
+    out = finals[finals["run"].isin(sized)][cols]
+    if not measured.empty:
+        wl = [c for c in measured.columns if c.startswith("vLLM: ")]
+        m = measured[measured["latest"] & (measured["artifact"] == measured["run"])]
+        out = out.merge(m[["artifact"] + wl], on="artifact", how="left")
+    return out.sort_values(["run", "data fraction"]).reset_index(drop=True)
+
+
+def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
+    """:func:`plateau_data_sizes` in a sentence: per run, vLLM's acceptance (and the held-out
+    first-64-token agreement) at each data size, why each run stopped, and what the whole
+    data bought over its smallest part, set against :data:`REPRODUCTION_TOLERANCE`; then which
+    of ``runs`` (whole-data runs) have no data-size curve yet."""
+    lacking = sorted(_run_label(r) for r in set(runs) - set(sizes.get("run", ())))
+    rest = f"; not yet trained on parts of their data: {', '.join(lacking)}" if lacking else ""
+    if sizes.empty:
+        return "no method has been trained on parts of its data yet" + rest
+    parts = []
+    for run, g in sizes.groupby("run", sort=True):
+        g = g.sort_values("data fraction")
+        meas = g.dropna(subset=["vLLM: mean"]) if "vLLM: mean" in g else g.iloc[:0]
+        acc = " / ".join(f"{v:.1%}" for v in meas["vLLM: mean"]) if len(meas) else "not measured"
+        stops = sorted(set(g["stopped by"].astype(str).str.replace("_", " ")))
+        head = (f"{_run_label(run)} on {' / '.join(str(int(s)) for s in meas['sequences'])} "
+                f"training sequences: {acc} through vLLM (held-out agreement over the first 64 "
+                f"tokens {' / '.join(f'{v:.1%}' for v in meas['first-64 agreement'])}), "
+                f"{'each' if len(stops) == 1 else 'runs'} stopped by {' or '.join(stops)}")
+        if len(meas) >= 2 and meas["data fraction"].iloc[-1] == 1:
+            d = meas["vLLM: mean"].iloc[-1] - meas["vLLM: mean"].iloc[0]
+            head += (f"; the whole data against its 1/{round(1 / meas['data fraction'].iloc[0])}: "
+                     f"{100 * d:+.1f} points")
+            if abs(d) <= REPRODUCTION_TOLERANCE:
+                head += (f", within the ±{100 * REPRODUCTION_TOLERANCE:.0f} points of a "
+                         "reproduction: more data bought nothing measurable")
+        parts.append(head)
+    return "; ".join(parts) + rest
 
 
 def replay_sentence(root: Path | None = None) -> str:
@@ -867,6 +920,12 @@ def plateau_equal_steps(measured: pd.DataFrame, earlier: pd.DataFrame,
     return pd.DataFrame(rows, columns=cols)
 
 
+def _run_label(run: str) -> str:
+    """A plateau run as the sentences name it: its recipe without the target's prefix
+    (``smollm2-draft-l2`` -> ``draft-l2``; the two drafts share one vLLM method)."""
+    return run.removeprefix("smollm2-")
+
+
 def plateau_equal_steps_sentence(eq: pd.DataFrame) -> str:
     """:func:`plateau_equal_steps` in a sentence: per recipe, each step both trainings kept,
     the earlier then the later acceptance, and the verdict."""
@@ -884,7 +943,7 @@ def plateau_equal_steps_sentence(eq: pd.DataFrame) -> str:
             verdict = (f"{'all' if n_in == len(g) else f'{n_in} of {len(g)}'} within the "
                        f"±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
         first = g.iloc[0]
-        parts.append(f"{first['method']} (`{first['campaign']}`, lease {first['earlier lease']} "
+        parts.append(f"{_run_label(run)} (`{first['campaign']}`, lease {first['earlier lease']} "
                      f"then the latest), mean over {first['workloads']}: {pairs}; {verdict}")
     return "; ".join(parts)
 
@@ -897,7 +956,7 @@ def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
         return "no recipe has been trained to its plateau twice yet"
     parts = []
     for _, r in rep.iterrows():
-        head = (f"{r['method']}: {int(r['earlier steps'])} then {int(r['later steps'])} steps "
+        head = (f"{_run_label(r['run'])}: {int(r['earlier steps'])} then {int(r['later steps'])} steps "
                 f"(`{r['earlier']}`, `{r['later']}`), {r['earlier acceptance']:.1%} then "
                 f"{r['later acceptance']:.1%} on {r['workloads']} "
                 f"({100 * r['difference']:+.1f} points)")
@@ -919,7 +978,8 @@ def plateau_short(measured: pd.DataFrame, curves: pd.DataFrame) -> str:
     range), with the training that bought it and why it stopped: the chapter's short answer."""
     if measured.empty or curves.empty:
         return "none measured through vLLM yet"
-    last = curves.sort_values("step").groupby("artifact").tail(1).set_index("artifact")
+    whole = curves[curves["data fraction"] == 1]  # a data-size run is a point of its curve
+    last = whole.sort_values("step").groupby("artifact").tail(1).set_index("artifact")
     wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
     parts = []
     finals = measured[measured["latest"] & measured["artifact"].isin(last.index)] \

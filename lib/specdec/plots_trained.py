@@ -177,3 +177,42 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
     right.legend(loc="upper left", fontsize="x-small")
     left.legend(loc="upper left", fontsize="x-small")
     return fig
+
+
+def data_size_curves(sizes: pd.DataFrame,
+                     title: str = "Data-size curves: each part of the data trained to its plateau") -> Figure:
+    """Left: vLLM's acceptance rate at K = 4 (mean over the workloads, bars: their range)
+    against the training sequences, one line per run trained on parts of its data
+    (:func:`specdec.acceptance.plateau_data_sizes`). Right: the held-out agreement over the
+    first 64 tokens of the same artifacts, what the plateau rule watched."""
+    fig, (left, right) = figure(title, size=(11, 4.2), ncols=2)
+    for ax in (left, right):
+        ax.set_xlabel("training sequences (log scale)")
+    left.set_ylabel("acceptance rate at K = 4 (vLLM)")
+    right.set_ylabel("held-out agreement, first 64 tokens")
+    if sizes.empty:
+        _no_data(left)
+        _no_data(right)
+        return fig
+    palette = method_palette(sorted(sizes["method"].unique()))
+    wl = [c for c in sizes.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
+    for run, g in sizes.groupby("run"):
+        g = g.sort_values("sequences")
+        colour = palette[g["method"].iloc[0]]
+        m = g.dropna(subset=["vLLM: mean"]) if "vLLM: mean" in g else g.iloc[:0]
+        if len(m):
+            lo, hi = m[wl].min(axis=1), m[wl].max(axis=1)
+            left.errorbar(m["sequences"], m["vLLM: mean"],
+                          yerr=[m["vLLM: mean"] - lo, hi - m["vLLM: mean"]], marker="D",
+                          color=colour, capsize=3, label=run)
+        right.plot(g["sequences"], g["first-64 agreement"], marker="o", color=colour, label=run)
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(sizes["sequences"].dropna().unique()))  # the sizes trained
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(0, None)
+        ax.legend(loc="lower right", fontsize="x-small")
+    return fig
