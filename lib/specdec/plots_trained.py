@@ -132,7 +132,7 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
     rate that agreement predicts (line, open markers) beside vLLM's, measured on the checkpoints
     (filled markers: mean over the workloads, bars: their range;
     :func:`specdec.acceptance.plateau_measured`)."""
-    fig, (left, right) = figure(title, size=(11, 4.4), ncols=2)
+    fig, (left, right) = figure(title, size=(11, 6.2), ncols=2)
     left.set_xlabel("training seconds (log scale)")
     left.set_ylabel("held-out agreement (mean over positions)")
     right.set_xlabel("training seconds (log scale)")
@@ -169,13 +169,18 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
                            label=f"{name}: vLLM, measured")
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
+    lo, hi = whole["training (s)"].min(), whole["training (s)"].max()
     for ax in (left, right):
         ax.set_xscale("log")
+        # 1-3-10 ticks across the runs' seconds (a log axis labels only the decades)
+        ax.set_xticks([t for t in (1, 3, 10, 30, 100, 300, 1000, 3000, 10000)
+                       if lo / 1.5 <= t <= hi * 1.5] or [100])
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_ylim(0, 1)
-    right.legend(loc="upper left", fontsize="x-small")
-    left.legend(loc="upper left", fontsize="x-small")
+    # below the panels: inside, ten entries hide the curves they name
+    for ax in (left, right):
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize="x-small")
     return fig
 
 
