@@ -122,8 +122,7 @@ def test_plan_refuses_a_recorded_training_from_elsewhere(tmp_path, capsys):
 def test_the_training_carry_splits_its_gguf_to_fit_beside_the_tree(tmp_path):
     # 25 MB parts fitted beside a 38.9 MiB tree and not beside 40.4 MiB (lease 30's plan
     # refused them): the default part size follows the tree, and a part so made travels.
-    from specdec.training.cli import carry_part_bytes
-
+    carry_part_bytes = carry.part_bytes_beside
     for tree in (int(38.9 * MIB), int(40.4 * MIB), 50 * MIB):
         part = carry_part_bytes(tree)
         assert carry.plan(_files(tmp_path, [part]), tree)

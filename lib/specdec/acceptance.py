@@ -21,7 +21,7 @@ import pandas as pd
 
 from . import adaptive, protocol, surface, theory
 from .training.data import PLATEAU
-from .training.recipes import agreement, k_rate, option, same_training
+from .training.recipes import agreement, k_rate, option, same_training, whole_data
 
 #: The two machines that measured the recorded artifacts (data/trained/).
 PROFILES = ("cpu-trained", "h200-trained")
@@ -724,6 +724,11 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
     return pd.DataFrame(rows).sort_values(["campaign", "artifact", "step"])
 
 
+def _last_evals(curves: pd.DataFrame) -> pd.DataFrame:
+    """Each run's last evaluation in :func:`plateau_curves` (its final artifact), by artifact."""
+    return curves.sort_values("step").groupby("artifact").tail(1).set_index("artifact")
+
+
 def plateau_data_sizes(measured: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
     """The data-size curve of each run trained on parts of its data (``<run>-data1of<N>``,
     each to its own plateau): one row per size, the whole-data run included, with the training
@@ -734,8 +739,8 @@ def plateau_data_sizes(measured: pd.DataFrame, curves: pd.DataFrame) -> pd.DataF
             "training (s)", "first-64 agreement"]
     if curves.empty:
         return pd.DataFrame(columns=cols)
-    finals = curves.sort_values("step").groupby("artifact").tail(1).copy()
-    finals["run"] = finals["artifact"].str.replace(r"-data1of\d+$", "", regex=True)
+    finals = _last_evals(curves).reset_index()
+    finals["run"] = finals["artifact"].map(whole_data)
     sized = set(finals.loc[finals["data fraction"] < 1, "run"])
     out = finals[finals["run"].isin(sized)][cols]
     if not measured.empty:
@@ -978,8 +983,7 @@ def plateau_short(measured: pd.DataFrame, curves: pd.DataFrame) -> str:
     range), with the training that bought it and why it stopped: the chapter's short answer."""
     if measured.empty or curves.empty:
         return "none measured through vLLM yet"
-    whole = curves[curves["data fraction"] == 1]  # a data-size run is a point of its curve
-    last = whole.sort_values("step").groupby("artifact").tail(1).set_index("artifact")
+    last = _last_evals(curves[curves["data fraction"] == 1])  # a data-size run: its curve's point
     wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
     parts = []
     finals = measured[measured["latest"] & measured["artifact"].isin(last.index)] \

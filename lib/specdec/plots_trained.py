@@ -124,6 +124,16 @@ def training_curves(logs: pd.DataFrame,
     return fig
 
 
+def _log_x(ax, ticks, base: int = 10) -> None:
+    """A log x axis labelled at ``ticks`` in plain numbers (matplotlib labels only powers)."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    ax.set_xscale("log", base=base)
+    ax.set_xticks(ticks)
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
                     title: str = "Learning curves of the plateau trainings") -> Figure:
     """Left: held-out agreement (mean over draft positions) against training seconds, one line
@@ -167,16 +177,11 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
                            yerr=[m["vLLM: mean"] - lo, hi - m["vLLM: mean"]], marker="D",
                            color=colour, linestyle="none", capsize=3,
                            label=f"{name}: vLLM, measured")
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
     lo, hi = whole["training (s)"].min(), whole["training (s)"].max()
+    # 1-3-10 ticks across the runs' seconds (a log axis labels only the decades)
+    ticks = [t for t in (1, 3, 10, 30, 100, 300, 1000, 3000, 10000) if lo / 1.5 <= t <= hi * 1.5]
     for ax in (left, right):
-        ax.set_xscale("log")
-        # 1-3-10 ticks across the runs' seconds (a log axis labels only the decades)
-        ax.set_xticks([t for t in (1, 3, 10, 30, 100, 300, 1000, 3000, 10000)
-                       if lo / 1.5 <= t <= hi * 1.5] or [100])
-        ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        _log_x(ax, ticks or [100])
         ax.set_ylim(0, 1)
     # below the panels: inside, ten entries hide the curves they name
     for ax in (left, right):
@@ -211,13 +216,8 @@ def data_size_curves(sizes: pd.DataFrame,
                           yerr=[m["vLLM: mean"] - lo, hi - m["vLLM: mean"]], marker="D",
                           color=colour, capsize=3, label=run)
         right.plot(g["sequences"], g["first-64 agreement"], marker="o", color=colour, label=run)
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
     for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(sizes["sequences"].dropna().unique()))  # the sizes trained
-        ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        _log_x(ax, sorted(sizes["sequences"].dropna().unique()), base=2)  # the sizes trained
         ax.set_ylim(0, None)
         ax.legend(loc="lower right", fontsize="x-small")
     return fig

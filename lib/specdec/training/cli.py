@@ -17,25 +17,12 @@ def _target_dir() -> Path:
     return Path(models.resolve_model(prof, prof.target.name))
 
 
-def carry_part_bytes(tree: int | None = None) -> int:
-    """The GGUF part size that fits one device call beside the tree as it is now (the tree
-    grows with every lease's rows: 25 MB parts fitted beside 38.9 MiB, not beside 40.4),
-    with a tenth of the room to spare, in whole MB."""
-    from .. import carry
-
-    room = carry.CALL_BYTES - carry.MARGIN - (carry.tree_bytes() if tree is None else tree)
-    part = int(room * 0.9) // 1_000_000 * 1_000_000
-    if part < 4_000_000:
-        raise SystemExit(f"the tree leaves {room / carry.MIB:.1f} MiB a call: too little to carry "
-                         "the target's GGUF in parts")
-    return part
-
-
 def _cmd_carry(a) -> int:
+    from .. import carry
     from . import device
 
     man = device.make_carry(a.out, a.prompts, wheel_dir=a.wheel_dir,
-                            part_bytes=a.part_bytes or carry_part_bytes())
+                            part_bytes=a.part_bytes or carry.part_bytes_beside())
     for f in sorted(man["files"]):
         print(f"  {f}  {(a.out / f).stat().st_size / 1e6:.1f} MB")
     print(f"{a.out}: {man['split']['train']['count']} training prompts (sha256 "

@@ -12,6 +12,8 @@ Sizes: SmolLM2-135M has hidden 576, 30 layers, 9 query / 3 KV heads of 64, vocab
 """
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 #: EAGLE-3's default auxiliary layers for a 30-layer target, as vLLM picks them
@@ -99,6 +101,11 @@ def fractions(names=None, parts=DATA_PARTS) -> dict[str, dict]:
     trained on the first 1/N of the training sequences, validated on the same sequences."""
     return {f"{n}-data1of{p}": {**RECIPES[n], "data_fraction": 1 / p}
             for n in (names or RECIPES) for p in parts}
+
+
+def whole_data(name: str) -> str:
+    """The artifact a data-size variant (:func:`fractions`) is a part of; another name itself."""
+    return re.sub(r"-data1of\d+$", "", name)
 
 
 #: Every artifact a training lease can make: the recipes and their data-size variants.
