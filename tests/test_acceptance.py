@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -539,10 +540,30 @@ def test_a_recipe_trained_again_in_one_profile_is_compared_at_equal_steps(tmp_pa
     assert eq["step"].tolist() == [250, 1000] and set(eq["method"]) == {"eagle3"}
     assert eq["one training"].all() and eq["within tolerance"].all()
     assert eq["difference"].tolist() == pytest.approx([0.01, 0.01])
+    assert eq["same weights"].isna().all()  # the records here keep no checkpoint manifests
     assert acceptance.plateau_equal_steps_sentence(eq) == (
         "eagle3 (`h100-plateau`, lease L26 then the latest), mean over humaneval, mtbench: "
         "250 steps 15.0% then 16.0% (+1.0 points), 1000 steps 25.0% then 26.0% (+1.0 points); "
         "all within the ±3 points of a reproduction")
+    for d in (old, tmp_path):  # the two trainings' checkpoints: the same weights, then not
+        for st in (250, 1000):
+            f = d / "smollm2-eagle3" / "checkpoints" / f"step{st:06d}" / "manifest.json"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps({"files": {"model.safetensors": f"sha{st}"}}))
+    eq = acceptance.plateau_equal_steps(m, earlier, tmp_path)
+    assert eq["same weights"].tolist() == [True, True]
+    assert acceptance.plateau_equal_steps_sentence(eq).endswith(
+        "reproduction, and the weights at every one of these steps are bit-identical (sha256)")
+    f.write_text(json.dumps({"files": {"model.safetensors": "other"}}))
+    eq = acceptance.plateau_equal_steps(m, earlier, tmp_path)
+    assert eq["same weights"].tolist() == [True, False]
+    assert "bit-identical" not in acceptance.plateau_equal_steps_sentence(eq)
+    # two earlier trainings of the recipe (leases 26 and 27 of EAGLE): one clause each
+    shutil.copytree(old, tmp_path / acceptance.SUPERSEDED / "L27" / "plateau")
+    eq = acceptance.plateau_equal_steps(m, pd.concat([earlier, earlier.assign(lease="L27")]),
+                                        tmp_path)
+    said = acceptance.plateau_equal_steps_sentence(eq)
+    assert "lease L26 then the latest" in said and "lease L27 then the latest" in said
     later.loc[later["method"] == "eagle3", "acceptance_rate"] += 0.05  # the final moved 6 points
     eq = acceptance.plateau_equal_steps(acceptance.plateau_measured(later, tmp_path), earlier, tmp_path)
     assert eq["within tolerance"].tolist() == [True, False]
@@ -556,15 +577,26 @@ def test_a_recipe_trained_again_in_one_profile_is_compared_at_equal_steps(tmp_pa
     assert acceptance.plateau_equal_steps_sentence(pd.DataFrame()).startswith("no recipe")
 
 
-def test_the_superseded_eagle_training_is_read_with_its_own_records():
+def test_the_superseded_eagle_trainings_are_read_with_their_own_records():
     """The committed store: lease 26's EAGLE (time-capped at 7307 steps, checkpoints at 1000,
-    2000 and 4000) left data/results/ when lease 27 trained the recipe again, and is read from
-    data/plateau/_superseded/ with its own records."""
+    2000 and 4000) left data/results/ when lease 27 trained the recipe again, and lease 27's
+    (max_steps at 16000; 2000, 4000, 8000) when lease 31 did; each is read from
+    data/plateau/_superseded/<lease>/ with its own records. Lease 27 and 31 trained the same
+    recipe on the same data on two H100s: their checkpoints at equal steps are one file."""
     e = acceptance.superseded_measured()
     eagle = e[e["run"] == "smollm2-eagle"]
-    assert set(eagle["lease"]) == {"2026-12-05-h100-26"} and not eagle["latest"].any()
-    assert sorted(eagle["step"]) == [1000, 2000, 4000, 7307]
-    assert set(eagle["stopped by"]) == {"time_cap"}
+    assert not eagle["latest"].any()
+    by = eagle.groupby("lease")
+    assert sorted(by.get_group("2026-12-05-h100-26")["step"]) == [1000, 2000, 4000, 7307]
+    assert sorted(by.get_group("2026-12-06-h100-27")["step"]) == [2000, 4000, 8000, 16000]
+    assert set(by.get_group("2026-12-05-h100-26")["stopped by"]) == {"time_cap"}
+    assert set(by.get_group("2026-12-06-h100-27")["stopped by"]) == {"max_steps"}
+    root = acceptance.PLATEAU_RECORDS
+    sha = [{json.loads((d / "checkpoints" / f"step{s:06d}" / "manifest.json").read_text())
+            ["files"]["model.safetensors"] for d in (
+                root / acceptance.SUPERSEDED / "2026-12-06-h100-27" / "plateau" / "smollm2-eagle",
+                root / "smollm2-eagle")} for s in (4000, 8000, 16000)]
+    assert [len(s) for s in sha] == [1, 1, 1]
 
 
 def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tmp_path):

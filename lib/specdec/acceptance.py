@@ -911,17 +911,26 @@ def plateau_equal_steps(measured: pd.DataFrame, earlier: pd.DataFrame,
     run stopped there would be) through vLLM, on the workloads both measured (K = 4, T = 0),
     whatever stopped either run. A retraining check within :data:`REPRODUCTION_TOLERANCE`
     where the two records are one training."""
+    import json
+
     cols = ["run", "method", "step", "campaign", "earlier lease", "workloads",
             "earlier acceptance", "later acceptance", "difference", "one training",
-            "within tolerance"]
+            "within tolerance", "same weights"]
+    root = Path(root or PLATEAU_RECORDS)
     rows = []
-    for a, b, both, ea, la, one in _paired(measured, earlier, Path(root or PLATEAU_RECORDS), False):
+    for a, b, both, ea, la, one in _paired(measured, earlier, root, False):
+        # the two trainings' checkpoints at this step: the same weights (sha256) or not
+        sha = [json.loads(f.read_text())["files"].get("model.safetensors") if f.is_file() else None
+               for f in (d / "checkpoints" / f"step{int(a['step']):06d}" / "manifest.json"
+                         for d in (root / SUPERSEDED / a["lease"] / "plateau" / a["run"],
+                                   root / a["run"]))]
         rows.append({"run": a["run"], "method": b["method"], "step": int(a["step"]),
                      "campaign": a["campaign"], "earlier lease": a["lease"],
                      "workloads": ", ".join(w.removeprefix("vLLM: ") for w in both),
                      "earlier acceptance": ea, "later acceptance": la, "difference": la - ea,
                      "one training": one, "within tolerance":
-                         bool(abs(la - ea) <= REPRODUCTION_TOLERANCE) if one else None})
+                         bool(abs(la - ea) <= REPRODUCTION_TOLERANCE) if one else None,
+                     "same weights": sha[0] == sha[1] if None not in sha else None})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -937,7 +946,7 @@ def plateau_equal_steps_sentence(eq: pd.DataFrame) -> str:
     if eq.empty:
         return "no recipe has been measured at the same step in two trainings yet"
     parts = []
-    for run, g in eq.groupby("run", sort=True):
+    for (run, _), g in eq.groupby(["run", "earlier lease"], sort=True):  # one per earlier training
         pairs = ", ".join(f"{r['step']} steps {r['earlier acceptance']:.1%} then "
                           f"{r['later acceptance']:.1%} ({100 * r['difference']:+.1f} points)"
                           for _, r in g.iterrows())
@@ -947,6 +956,8 @@ def plateau_equal_steps_sentence(eq: pd.DataFrame) -> str:
             n_in = int(g["within tolerance"].sum())
             verdict = (f"{'all' if n_in == len(g) else f'{n_in} of {len(g)}'} within the "
                        f"±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
+            if g["same weights"].eq(True).all():  # a deterministic training, two GPUs
+                verdict += ", and the weights at every one of these steps are bit-identical (sha256)"
         first = g.iloc[0]
         parts.append(f"{_run_label(run)} (`{first['campaign']}`, lease {first['earlier lease']} "
                      f"then the latest), mean over {first['workloads']}: {pairs}; {verdict}")
