@@ -491,13 +491,17 @@ def test_plateau_sentences_say_why_a_run_stopped(tmp_path):
     said = acceptance.plateau_sentence(curves)
     assert "1000 steps, 100 s of training on an H100" in said and "stopped by time cap" in said
     assert "(500 to 1000 steps) gained 10.0 points of agreement" in said  # the whole (recorded)
+    # not stopped by the rule: what its next doubling would cost at its pace (100 s + 2 x 50 s)
+    assert "training to its next doubling (2000 steps) would take about 200 s on that GPU " \
+        "(predicted at its pace)" in said
     short = acceptance.plateau_short(acceptance.plateau_measured(_plateau_summary(), tmp_path / "a"),
                                      curves)
     assert short.startswith("eagle3 25% (20%–30%) after 100 s") and "not yet at its plateau" in short
     _plateau_records(tmp_path / "b", stopped_by="plateau", recipe={"plateau_on": "first_tokens"})
     curves = acceptance.plateau_curves(tmp_path / "b")
-    assert "gained 10.0 points of agreement over the first 64 tokens" in \
-        acceptance.plateau_sentence(curves)  # what the rule watched
+    said = acceptance.plateau_sentence(curves)
+    assert "gained 10.0 points of agreement over the first 64 tokens" in said  # what it watched
+    assert "next doubling" not in said  # the rule stopped it
     short = acceptance.plateau_short(acceptance.plateau_measured(_plateau_summary(), tmp_path / "b"),
                                      curves)
     assert "stopped by plateau)" in short and "not yet" not in short

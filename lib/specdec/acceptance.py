@@ -807,7 +807,9 @@ def replay_sentence(root: Path | None = None) -> str:
 
 def plateau_sentence(curves: pd.DataFrame) -> str:
     """Per whole-data run: its steps, training seconds and device, why it stopped, and what its
-    last doubling of steps gained in held-out agreement (the plateau rule's test)."""
+    last doubling of steps gained in held-out agreement (the plateau rule's test); for a run
+    the rule did not stop, what training to the next doubling would take on that GPU (its
+    seconds so far and twice its last doubling's, at a constant cost per step: a prediction)."""
     parts = []
     for name, g in curves[curves["data fraction"] == 1].groupby("artifact", sort=False):
         g = g.sort_values("step")
@@ -820,6 +822,10 @@ def plateau_sentence(curves: pd.DataFrame) -> str:
                          if last["plateau on"] == "first_tokens" else ("agreement", "agreement"))
             gain = (f"; its last doubling ({int(a['step'])} to {int(b['step'])} steps) gained "
                     f"{100 * (b[col] - a[col]):.1f} points of {what}")
+            if last["stopped by"] != "plateau" and b["step"] == 2 * a["step"]:
+                nxt = b["training (s)"] + 2 * (b["training (s)"] - a["training (s)"])
+                gain += (f"; training to its next doubling ({2 * int(b['step'])} steps) would take "
+                         f"about {round(nxt, -1):.0f} s on that GPU (predicted at its pace)")
         parts.append(f"{name}: {int(last['step'])} steps, {last['training (s)']:.0f} s of training "
                      f"on an {str(last['device']).replace('NVIDIA ', '')}, held-out agreement "
                      f"{last['agreement']:.0%}, stopped by "
