@@ -544,21 +544,29 @@ def test_a_recipe_trained_again_in_one_profile_is_compared_at_equal_steps(tmp_pa
     assert eq["step"].tolist() == [250, 1000] and set(eq["method"]) == {"eagle3"}
     assert eq["one training"].all() and eq["within tolerance"].all()
     assert eq["difference"].tolist() == pytest.approx([0.01, 0.01])
-    assert eq["same weights"].isna().all()  # the records here keep no checkpoint manifests
+    assert eq["same weights"].isna().all()  # the records here keep no weights' sha256
     assert acceptance.plateau_equal_steps_sentence(eq) == (
         "eagle3 (`h100-plateau`, lease L26 then the latest), mean over humaneval, mtbench: "
         "250 steps 15.0% then 16.0% (+1.0 points), 1000 steps 25.0% then 26.0% (+1.0 points); "
         "all within the ±3 points of a reproduction")
-    for d in (old, tmp_path):  # the two trainings' checkpoints: the same weights, then not
-        for st in (250, 1000):
-            f = d / "smollm2-eagle3" / "checkpoints" / f"step{st:06d}" / "manifest.json"
-            f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_text(json.dumps({"files": {"model.safetensors": f"sha{st}"}}))
+
+    def weigh(d, sha):  # each evaluation's checkpoint weights, as train.py records them
+        f = d / "smollm2-eagle3" / "manifest.json"
+        man = json.loads(f.read_text())
+        for ev in man["run"]["evals"]:
+            ev["weights_sha256"] = sha(ev["step"])
+        f.write_text(json.dumps(man))
+
+    weigh(old, lambda st: f"sha{st}")  # the two trainings: the same weights, then not
+    weigh(tmp_path, lambda st: f"sha{st}")
+    earlier = acceptance.plateau_measured(_plateau_summary(), old).assign(latest=False, lease="L26")
+    m = acceptance.plateau_measured(later, tmp_path)
     eq = acceptance.plateau_equal_steps(m, earlier, tmp_path)
     assert eq["same weights"].tolist() == [True, True]
     assert acceptance.plateau_equal_steps_sentence(eq).endswith(
         "reproduction, and the weights at every one of these steps are bit-identical (sha256)")
-    f.write_text(json.dumps({"files": {"model.safetensors": "other"}}))
+    weigh(tmp_path, lambda st: "other" if st == 1000 else f"sha{st}")
+    m = acceptance.plateau_measured(later, tmp_path)
     eq = acceptance.plateau_equal_steps(m, earlier, tmp_path)
     assert eq["same weights"].tolist() == [True, False]
     assert "bit-identical" not in acceptance.plateau_equal_steps_sentence(eq)

@@ -657,7 +657,8 @@ def plateau_curves(root: Path | None = None) -> pd.DataFrame:
     """One row per held-out evaluation of every plateau training (whole-data runs and data-size
     variants): artifact, method, step, training seconds, per-position agreement, their mean,
     the K = 4 rate they predict if positions were accepted independently (``predicted K=4
-    rate``), the first-64-token agreement where recorded, why the run stopped, the device."""
+    rate``), the first-64-token agreement where recorded, why the run stopped, the device, the
+    checkpoint's weights (sha256) where recorded."""
     import json
 
     root = Path(root or PLATEAU_RECORDS)
@@ -680,18 +681,19 @@ def plateau_curves(root: Path | None = None) -> pd.DataFrame:
                          # what the plateau rule watched (recipes before lease 25: the whole)
                          "plateau on": option(man.get("recipe", {}), "plateau_on"),
                          "device": run.get("device_name"), "data fraction": run.get("data_fraction"),
-                         "sequences": run.get("train_sequences")})
+                         "sequences": run.get("train_sequences"),
+                         "weights": ev.get("weights_sha256")})
     return pd.DataFrame(rows, columns=["artifact", "method", "step", "training (s)", "agreement",
                                        "predicted K=4 rate", "first-64 agreement", "checkpoint",
                                        "stopped by", "plateau on", "device", "data fraction",
-                                       "sequences"])
+                                       "sequences", "weights"])
 
 
 def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:
     """The plateau artifacts measured through vLLM (:data:`PLATEAU_PROFILES`, T = 0), each with
     the training step and seconds of its record: one row per artifact, vLLM's acceptance rate
-    per workload and their mean, beside the held-out agreement and the K = 4 rate it predicts;
-    ``latest`` True (False in :func:`superseded_measured`'s rows of an earlier training)."""
+    per workload and their mean, beside the held-out agreement and the K = 4 rate it predicts
+    and its weights (sha256, where its record has them); ``latest`` True (False in :func:`superseded_measured`'s rows of an earlier training)."""
     import json
 
     root = Path(root or PLATEAU_RECORDS)
@@ -716,7 +718,8 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
                "stopped by": ev["stopped by"].iloc[0] if len(ev) else None,
                "training (s)": ev["training (s)"].iloc[0] if len(ev) else np.nan,
                "held-out agreement": ev["agreement"].iloc[0] if len(ev) else np.nan,
-               "predicted K=4 rate": ev["predicted K=4 rate"].iloc[0] if len(ev) else np.nan}
+               "predicted K=4 rate": ev["predicted K=4 rate"].iloc[0] if len(ev) else np.nan,
+               "weights": ev["weights"].iloc[0] if len(ev) else None}
         for wl, r in g.groupby("workload"):
             row[f"vLLM: {wl}"] = float(r["acceptance_rate"].mean())
         row["vLLM: mean"] = float(g.groupby("workload")["acceptance_rate"].mean().mean())
@@ -917,26 +920,20 @@ def plateau_equal_steps(measured: pd.DataFrame, earlier: pd.DataFrame,
     run stopped there would be) through vLLM, on the workloads both measured (K = 4, T = 0),
     whatever stopped either run. A retraining check within :data:`REPRODUCTION_TOLERANCE`
     where the two records are one training."""
-    import json
-
     cols = ["run", "method", "step", "campaign", "earlier lease", "workloads",
             "earlier acceptance", "later acceptance", "difference", "one training",
             "within tolerance", "same weights"]
-    root = Path(root or PLATEAU_RECORDS)
     rows = []
-    for a, b, both, ea, la, one in _paired(measured, earlier, root, False):
-        # the two trainings' checkpoints at this step: the same weights (sha256) or not
-        sha = [json.loads(f.read_text())["files"].get("model.safetensors") if f.is_file() else None
-               for f in (d / "checkpoints" / f"step{int(a['step']):06d}" / "manifest.json"
-                         for d in (root / SUPERSEDED / a["lease"] / "plateau" / a["run"],
-                                   root / a["run"]))]
+    for a, b, both, ea, la, one in _paired(measured, earlier, Path(root or PLATEAU_RECORDS), False):
+        sha = [r.get("weights") for r in (a, b)]  # each record's checkpoint at this step
         rows.append({"run": a["run"], "method": b["method"], "step": int(a["step"]),
                      "campaign": a["campaign"], "earlier lease": a["lease"],
                      "workloads": ", ".join(w.removeprefix("vLLM: ") for w in both),
                      "earlier acceptance": ea, "later acceptance": la, "difference": la - ea,
                      "one training": one, "within tolerance":
                          bool(abs(la - ea) <= REPRODUCTION_TOLERANCE) if one else None,
-                     "same weights": sha[0] == sha[1] if None not in sha else None})
+                     "same weights": sha[0] == sha[1] if all(isinstance(h, str) for h in sha)
+                     else None})
     return pd.DataFrame(rows, columns=cols)
 
 
