@@ -379,6 +379,15 @@ def test_plateau_artifacts_on_the_surface_with_the_training_that_bought_them(tmp
         "eagle3 (`h100-plateau`, 1000 steps in 100 s of training, stopped by plateau; "
         "acceptance rate 25%")
     assert acceptance.surface_sentence(est.iloc[0:0]).startswith("no trained method's")
+    # the chapters' short answer: the same reading beside the acceptance and the training
+    table = acceptance.plateau_table(acceptance.plateau_measured(summary, tmp_path),
+                                     acceptance.plateau_curves(tmp_path), est)
+    assert table.columns.tolist() == ["method", "acceptance", "lowest", "highest", "training",
+                                      "stopped by", "batch 1"]
+    assert table.loc[0, "batch 1"] == pytest.approx(est.loc[0, "speedup"])
+    html = acceptance.plateau_table_style(table).to_html()
+    assert "speedup at batch 1 (predicted)" in html and "25% (20%–30%)" in html
+    assert acceptance.plateau_table(pd.DataFrame(), acceptance.plateau_curves(tmp_path)).empty
 
 
 def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):
@@ -439,7 +448,10 @@ def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
     assert final.loc["h100-plateau", "step"] == 500 and not final.loc["h100-plateau", "latest"]
     assert final.loc["h100-plateau-v2", "step"] == 1000 and final.loc["h100-plateau-v2", "latest"]
     curves = acceptance.plateau_curves(tmp_path)
-    assert acceptance.plateau_short(m, curves).startswith("eagle3 27% (22%–32%) after 100 s")
+    short = acceptance.plateau_table(m, curves).iloc[0]  # the latest training's final artifact
+    assert (short["method"], short["training"]) == ("eagle3", "1000 steps, 100 s, H100")
+    assert (short["acceptance"], short["lowest"], short["highest"]) == \
+        pytest.approx((0.27, 0.22, 0.32))
     rep = acceptance.plateau_retraining(latest, earlier(), tmp_path)
     assert len(rep) == 1
     r = rep.iloc[0]
@@ -494,23 +506,26 @@ def test_plateau_sentences_say_why_a_run_stopped(tmp_path):
     # not stopped by the rule: what its next doubling would cost at its pace (100 s + 2 x 50 s)
     assert "training to its next doubling (2000 steps) would take about 200 s on that GPU " \
         "(predicted at its pace)" in said
-    short = acceptance.plateau_short(acceptance.plateau_measured(_plateau_summary(), tmp_path / "a"),
+    short = acceptance.plateau_table(acceptance.plateau_measured(_plateau_summary(), tmp_path / "a"),
                                      curves)
-    assert short.startswith("eagle3 25% (20%–30%) after 100 s") and "not yet at its plateau" in short
+    assert len(short) == 1 and short.loc[0, "acceptance"] == pytest.approx(0.25)
+    # stopped by its time: what its last doubling still gained
+    assert short.loc[0, "stopped by"] == "time cap (still +10.0 points a doubling)"
     _plateau_records(tmp_path / "b", stopped_by="plateau", recipe={"plateau_on": "first_tokens"})
     curves = acceptance.plateau_curves(tmp_path / "b")
     said = acceptance.plateau_sentence(curves)
     assert "gained 10.0 points of agreement over the first 64 tokens" in said  # what it watched
     assert "next doubling" not in said  # the rule stopped it
-    short = acceptance.plateau_short(acceptance.plateau_measured(_plateau_summary(), tmp_path / "b"),
+    short = acceptance.plateau_table(acceptance.plateau_measured(_plateau_summary(), tmp_path / "b"),
                                      curves)
-    assert "stopped by plateau)" in short and "not yet" not in short
+    assert short.loc[0, "stopped by"] == "plateau"
     # a final artifact measured on fewer workloads than another: its mean says on which
     more = pd.concat([_plateau_summary(), pd.DataFrame([_row(
         "h100-plateau", "eagle3-c1", 4, "sharegpt-heldout", 0.0, 0.4, [0.5, 0.3, 0.2, 0.1],
         draft="smollm2-eagle3-c1")])])
-    short = acceptance.plateau_short(acceptance.plateau_measured(more, tmp_path / "b"), curves)
-    assert short.startswith("eagle3 25% on humaneval and mtbench only (20%–30%)")
+    short = acceptance.plateau_table(acceptance.plateau_measured(more, tmp_path / "b"), curves)
+    assert short.loc[0, "method"] == "eagle3 (humaneval and mtbench only)"
+    assert (short.loc[0, "lowest"], short.loc[0, "highest"]) == pytest.approx((0.2, 0.3))
     assert acceptance.plateau_sentence(acceptance.plateau_curves(tmp_path / "none")) == \
         "no plateau training is recorded yet"
 
@@ -645,8 +660,8 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
         "+1.0 points, within the ±3 points of a reproduction: more data bought nothing "
         "measurable; not yet trained on parts of their data: eagle")
     assert acceptance.data_size_sentence(sizes.iloc[0:0]).startswith("no method")
-    assert acceptance.plateau_short(measured, curves).startswith("eagle3 25% (20%–30%)")
-    assert "data1of2" not in acceptance.plateau_short(measured, curves)
+    short = acceptance.plateau_table(measured, curves)  # the whole-data run only
+    assert short["method"].tolist() == ["eagle3"] and short.loc[0, "acceptance"] == pytest.approx(0.25)
     from specdec import plots_trained
 
     left, right = plots_trained.data_size_curves(sizes).axes[:2]

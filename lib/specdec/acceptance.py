@@ -808,6 +808,20 @@ def replay_sentence(root: Path | None = None) -> str:
     return "; ".join(parts) or "no artifact was evaluated again here yet"
 
 
+def _last_doubling(run: pd.DataFrame):
+    """One whole-data run's last two checkpoints of :func:`plateau_curves` (the plateau rule's
+    last doubling) and what it gained in points of the agreement the rule watched:
+    ``(a, b, what, points)``, or None before a second checkpoint."""
+    g = run.sort_values("step")
+    sched = g[g["checkpoint"].notna()]
+    if len(sched) < 2:
+        return None
+    a, b = sched.iloc[-2], sched.iloc[-1]
+    col, what = (("first-64 agreement", "agreement over the first 64 tokens")
+                 if g.iloc[-1]["plateau on"] == "first_tokens" else ("agreement", "agreement"))
+    return a, b, what, 100 * (b[col] - a[col])
+
+
 def plateau_sentence(curves: pd.DataFrame) -> str:
     """Per whole-data run: its steps, training seconds and device, why it stopped, and what its
     last doubling of steps gained in held-out agreement (the plateau rule's test); for a run
@@ -815,16 +829,13 @@ def plateau_sentence(curves: pd.DataFrame) -> str:
     seconds so far and twice its last doubling's, at a constant cost per step: a prediction)."""
     parts = []
     for name, g in curves[curves["data fraction"] == 1].groupby("artifact", sort=False):
-        g = g.sort_values("step")
-        last = g.iloc[-1]
-        sched = g[g["checkpoint"].notna()]
+        last = g.sort_values("step").iloc[-1]
         gain = ""
-        if len(sched) >= 2:
-            a, b = sched.iloc[-2], sched.iloc[-1]
-            col, what = (("first-64 agreement", "agreement over the first 64 tokens")
-                         if last["plateau on"] == "first_tokens" else ("agreement", "agreement"))
+        doubling = _last_doubling(g)
+        if doubling:
+            a, b, what, points = doubling
             gain = (f"; its last doubling ({int(a['step'])} to {int(b['step'])} steps) gained "
-                    f"{100 * (b[col] - a[col]):.1f} points of {what}")
+                    f"{points:.1f} points of {what}")
             if last["stopped by"] != "plateau" and b["step"] == 2 * a["step"]:
                 nxt = b["training (s)"] + 2 * (b["training (s)"] - a["training (s)"])
                 gain += (f"; training to its next doubling ({2 * int(b['step'])} steps) would take "
@@ -992,25 +1003,64 @@ def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def plateau_short(measured: pd.DataFrame, curves: pd.DataFrame) -> str:
-    """The plateau runs' last artifacts as vLLM measured them (mean over workloads, their
-    range), with the training that bought it and why it stopped: the chapter's short answer."""
+#: why a plateau run stopped, as the chapter's short answer says it
+_STOPPED = {"plateau": "plateau", "max_steps": "step cap", "time_cap": "time cap"}
+
+
+def plateau_table(measured: pd.DataFrame, curves: pd.DataFrame,
+                  est: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The chapter's short answer: each whole-data plateau run's final artifact as vLLM measured
+    it at K = 4, T = 0 (``acceptance``: the mean over the workloads; ``lowest``, ``highest``:
+    their range; a method measured on fewer workloads than the others says on which), highest
+    first, with the training that bought it and why it stopped (a run the rule did not stop:
+    what its last doubling still gained). With ``est``
+    (:func:`plateau_on_the_surface`), the speedup it would buy on the 8B-shaped target at the
+    smallest and the largest measured batch (``batch <b>``, a prediction)."""
+    cols = ["method", "acceptance", "lowest", "highest", "training", "stopped by"]
     if measured.empty or curves.empty:
-        return "none measured through vLLM yet"
-    last = _last_evals(curves[curves["data fraction"] == 1])  # a data-size run: its curve's point
+        return pd.DataFrame(columns=cols)
+    whole = curves[curves["data fraction"] == 1]  # a data-size run: its own curve's point
+    last = _last_evals(whole)
     wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
-    parts = []
     finals = measured[measured["latest"] & measured["artifact"].isin(last.index)] \
         .sort_values("vLLM: mean", ascending=False)
+    rows = []
     for _, r in finals.iterrows():
         c = last.loc[r["artifact"]]
-        stop = str(c["stopped by"]).replace("_", " ")
+        stop = _STOPPED.get(c["stopped by"], str(c["stopped by"]).replace("_", " "))
+        if stop != "plateau":
+            doubling = _last_doubling(whole[whole["artifact"] == r["artifact"]])
+            # still gaining: the chapters read its acceptance as a lower bound
+            stop += f" (still {doubling[3]:+.1f} points a doubling)" if doubling else ""
         # a mean over fewer workloads is not the others' mean: say which (lease 25's Medusa)
         have = [w.removeprefix("vLLM: ") for w in wl if pd.notna(r[w])]
-        only = "" if len(have) == len(wl) else f" on {' and '.join(have)} only"
-        parts.append(f"{r['method']} {r['vLLM: mean']:.0%}{only} ({r[wl].min():.0%}–{r[wl].max():.0%}) "
-                     f"after {c['training (s)']:.0f} s of training ({int(c['step'])} steps on an "
-                     f"{str(c['device']).replace('NVIDIA ', '')}, stopped by {stop}"
-                     f"{'' if stop == 'plateau' else ', not yet at its plateau'})")
-    return "; ".join(parts) or "none measured through vLLM yet"
+        only = "" if len(have) == len(wl) else f" ({' and '.join(have)} only)"
+        row = {"method": f"{r['method']}{only}", "acceptance": r["vLLM: mean"],
+               "lowest": r[wl].min(), "highest": r[wl].max(),
+               # the GPU's model alone ("H100 80GB HBM3": H100); the chapter names the rest
+               "training": f"{int(c['step'])} steps, {c['training (s)']:.0f} s, "
+                           f"{str(c['device']).replace('NVIDIA ', '').split()[0]}",
+               "stopped by": stop}
+        if est is not None and len(est):
+            e = est[(est["method"] == r["method"]) & (est["profile"] == r["campaign"])] \
+                .dropna(subset=["speedup"]).sort_values("batch_size")
+            if len(e):  # the smallest and the largest batch, as speedups_over_batch says
+                for _, b in e.iloc[[0, -1]].drop_duplicates("batch_size").iterrows():
+                    row[f"batch {int(b['batch_size'])}"] = b["speedup"]
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    return out.reindex(columns=cols + [c for c in out.columns if c not in cols])
 
+
+def plateau_table_style(table: pd.DataFrame):
+    """:func:`plateau_table` as the chapters show it, narrow enough for a page: the mean rate
+    with its range in one column, predicted speedups with their batch in the heading."""
+    batches = [c for c in table.columns if c.startswith("batch ")]
+    shown = pd.DataFrame({
+        "method": table["method"],
+        "acceptance rate (range)": [f"{r['acceptance']:.0%} ({r['lowest']:.0%}–{r['highest']:.0%})"
+                                    for _, r in table.iterrows()],
+        "trained": table["training"], "stopped by": table["stopped by"],
+        **{f"speedup at {c} (predicted)": table[c] for c in batches}})
+    return shown.style.format({c: "{:.2f}×" for c in shown.columns if c.startswith("speedup")},
+                              na_rep="–").hide(axis="index")

@@ -528,6 +528,14 @@ def glue_md(name: str, text: str) -> None:
     glue(name, Markdown(text), display=False)
 
 
+def glue_table(name: str, table) -> None:
+    """Glue a table (a DataFrame or its Styler) for a ``{glue}`` directive in prose, e.g. the
+    short answer at the top of a chapter, without showing it here."""
+    from myst_nb import glue
+
+    glue(name, table, display=False)
+
+
 def glue_all(texts: Mapping[str, str]) -> None:
     """:func:`glue_md` every ``name: text`` of a chapter function's sentences."""
     for name, text in texts.items():

