@@ -139,6 +139,10 @@ def test_model_free_against_trained():
     assert acceptance.model_free_sentence(rank).startswith(
         "the best model-free proposer, ngram, accepts more than the best trained one, eagle3 (50% against 14%")
     assert acceptance.model_free_sentence(rank[rank["method"] != "eagle3"]).startswith("not measured beside")
+    # the trained ones' range leaves out what trains nothing
+    two = pd.concat([rank, pd.DataFrame({"method": ["eagle"], "acceptance": [0.11]})])
+    assert acceptance.trained_range(two) == "11% to 14%"
+    assert acceptance.trained_range(rank[rank["method"] != "eagle3"]) == "not measured yet"
 
 
 def test_longest_profiles_keep_each_methods_largest_k(summary):

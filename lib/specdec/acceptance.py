@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from . import adaptive, protocol, surface, theory
+from .profiles import gpu_model
 from .training.data import PLATEAU
 from .training.recipes import agreement, k_rate, option, same_training, whole_data
 
@@ -620,6 +621,14 @@ def adaptive_sentence(sim: pd.DataFrame) -> str:
 MODEL_FREE = ("ngram", "suffix")
 
 
+def trained_range(rank: pd.DataFrame) -> str:
+    """The lowest to the highest mean acceptance of a :func:`ranking`'s trained heads and drafts
+    (prompt lookup and the other :data:`MODEL_FREE` proposers train nothing)."""
+    t = rank[~rank["method"].isin(MODEL_FREE)] if len(rank) else rank
+    return f"{t['acceptance'].min():.0%} to {t['acceptance'].max():.0%}" if len(t) else \
+        "not measured yet"
+
+
 def model_free_sentence(rank: pd.DataFrame) -> str:
     """The best model-free proposer against the best trained head or draft of one ranking."""
     if rank.empty:
@@ -1037,9 +1046,8 @@ def plateau_table(measured: pd.DataFrame, curves: pd.DataFrame,
         only = "" if len(have) == len(wl) else f" ({' and '.join(have)} only)"
         row = {"method": f"{r['method']}{only}", "acceptance": r["vLLM: mean"],
                "lowest": r[wl].min(), "highest": r[wl].max(),
-               # the GPU's model alone ("H100 80GB HBM3": H100); the chapter names the rest
                "training": f"{int(c['step'])} steps, {c['training (s)']:.0f} s, "
-                           f"{str(c['device']).replace('NVIDIA ', '').split()[0]}",
+                           f"{gpu_model(str(c['device'])) or c['device']}",
                "stopped by": stop}
         if est is not None and len(est):
             e = est[(est["method"] == r["method"]) & (est["profile"] == r["campaign"])] \
