@@ -658,7 +658,8 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
     assert acceptance.data_size_sentence(sizes) == (
         "eagle3 on 1000 / 2000 training sequences: 18.0% / 25.0% through vLLM (held-out "
         "agreement over the first 64 tokens 45.0% / 55.0%), each stopped by plateau; the whole "
-        "data against its 1/2: +7.0 points")
+        "data against its 1/2: +7.0 points: more data still buys acceptance, so its whole-data "
+        "figure is a lower bound on the method")
     within = sizes.assign(**{"vLLM: mean": [0.24, 0.25]})
     assert acceptance.data_size_sentence(within, ["smollm2-eagle3", "smollm2-eagle"]).endswith(
         "+1.0 points, within the ±3 points of a reproduction: more data bought nothing "
@@ -666,6 +667,10 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
     assert acceptance.data_size_sentence(sizes.iloc[0:0]).startswith("no method")
     short = acceptance.plateau_table(measured, curves)  # the whole-data run only
     assert short["method"].tolist() == ["eagle3"] and short.loc[0, "acceptance"] == pytest.approx(0.25)
+    # what the whole data bought over its largest part: beside what the steps bought
+    assert (short.loc[0, "more data"], short.loc[0, "more data from"]) == (pytest.approx(7.0), 0.5)
+    shown = acceptance.plateau_table_style(short).data
+    assert shown.loc[0, "all data vs a part"] == "+7.0 points over 1/2"
     from specdec import plots_trained
 
     left, right = plots_trained.data_size_curves(sizes).axes[:2]
@@ -673,6 +678,29 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
     assert [float(y) for y in left.get_lines()[0].get_ydata()] == pytest.approx([0.18, 0.25])
     # only the whole data trained: no data-size curve
     assert acceptance.plateau_data_sizes(measured, curves[curves["data fraction"] == 1]).empty
+    # a part the time cap stopped measures that budget: shown, but off the curve
+    quarter = json.loads(json.dumps(half))
+    quarter["artifact"] = "smollm2-eagle3-data1of4"
+    quarter["run"].update(data_fraction=0.25, train_sequences=500, steps=250, stopped_by="time_cap")
+    quarter["run"]["evals"] = [e for e in quarter["run"]["evals"] if e["step"] <= 250]
+    (tmp_path / "smollm2-eagle3-data1of4").mkdir()
+    (tmp_path / "smollm2-eagle3-data1of4" / "manifest.json").write_text(json.dumps(quarter))
+    summary = pd.concat([summary, pd.DataFrame(
+        [_row("h100-plateau", "eagle3-data1of4", 4, "mtbench", 0.0, 0.1, [0.5, 0.3, 0.2, 0.1],
+              draft="smollm2-eagle3-data1of4")])], ignore_index=True)
+    curves = acceptance.plateau_curves(tmp_path)
+    sizes = acceptance.plateau_data_sizes(acceptance.plateau_measured(summary, tmp_path), curves)
+    assert sizes["on the curve"].tolist() == [False, True, True]
+    assert acceptance.data_size_sentence(sizes) == (
+        "eagle3 on 1000 / 2000 training sequences: 18.0% / 25.0% through vLLM (held-out "
+        "agreement over the first 64 tokens 45.0% / 55.0%), each stopped by plateau; the whole "
+        "data against its 1/2: +7.0 points: more data still buys acceptance, so its whole-data "
+        "figure is a lower bound on the method (its 1/4, stopped by the time cap at 250 steps, "
+        "10.0%, measures that budget: not on the curve)")
+    left, right = plots_trained.data_size_curves(sizes).axes[:2]
+    assert list(right.get_lines()[0].get_xdata()) == [1000, 2000]  # the line: plateaus only
+    hollow = [ln for ln in left.get_lines() if ln.get_markerfacecolor() == "none"]
+    assert [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in hollow] == [([500], [0.1])]
 
 
 def test_max_steps_changes_a_training_only_under_a_schedule_that_reads_it():

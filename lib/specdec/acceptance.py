@@ -746,14 +746,16 @@ def plateau_data_sizes(measured: pd.DataFrame, curves: pd.DataFrame) -> pd.DataF
     each to its own plateau): one row per size, the whole-data run included, with the training
     sequences, steps, why it stopped, training seconds, the held-out agreement over the first
     64 tokens and vLLM's acceptance at K = 4, T = 0 (mean over the workloads, and each) where
-    it was measured."""
+    it was measured. ``on the curve``: the whole data, and each part its plateau rule stopped;
+    a part a time or step cap stopped measures that budget, not its data size."""
     cols = ["run", "method", "artifact", "data fraction", "sequences", "step", "stopped by",
-            "training (s)", "first-64 agreement"]
+            "training (s)", "first-64 agreement", "on the curve"]
     if curves.empty:
         return pd.DataFrame(columns=cols)
     finals = _last_evals(curves).reset_index()
     finals["run"] = finals["artifact"].map(whole_data)
     sized = set(finals.loc[finals["data fraction"] < 1, "run"])
+    finals["on the curve"] = (finals["data fraction"] == 1) | (finals["stopped by"] == "plateau")
     out = finals[finals["run"].isin(sized)][cols]
     if not measured.empty:
         wl = [c for c in measured.columns if c.startswith("vLLM: ")]
@@ -762,11 +764,27 @@ def plateau_data_sizes(measured: pd.DataFrame, curves: pd.DataFrame) -> pd.DataF
     return out.sort_values(["run", "data fraction"]).reset_index(drop=True)
 
 
+def data_gain(sizes: pd.DataFrame) -> pd.DataFrame:
+    """Per run of :func:`plateau_data_sizes`: what its whole data bought through vLLM over its
+    largest part on the curve (``from``: that part's fraction; ``points``), and whether that is
+    more than :data:`REPRODUCTION_TOLERANCE` (``still gaining``: the whole-data figure is then a
+    lower bound on the method at its recipe, not what more data would reach)."""
+    rows = []
+    for run, g in sizes.groupby("run", sort=True):
+        m = g[g["on the curve"]].dropna(subset=["vLLM: mean"]).sort_values("data fraction")
+        if len(m) >= 2 and m["data fraction"].iloc[-1] == 1:
+            d = m["vLLM: mean"].iloc[-1] - m["vLLM: mean"].iloc[-2]
+            rows.append({"run": run, "from": m["data fraction"].iloc[-2], "points": 100 * d,
+                         "still gaining": d > REPRODUCTION_TOLERANCE})
+    return pd.DataFrame(rows, columns=["run", "from", "points", "still gaining"])
+
+
 def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
     """:func:`plateau_data_sizes` in a sentence: per run, vLLM's acceptance (and the held-out
-    first-64-token agreement) at each data size, why each run stopped, and what the whole
-    data bought over its smallest part, set against :data:`REPRODUCTION_TOLERANCE`; then which
-    of ``runs`` (whole-data runs) have no data-size curve yet."""
+    first-64-token agreement) at each data size on the curve, why each run stopped, what the
+    whole data bought over its smallest part, set against :data:`REPRODUCTION_TOLERANCE`, and
+    the parts a budget stopped (off the curve); then which of ``runs`` (whole-data runs) have
+    no data-size curve yet."""
     lacking = sorted(_run_label(r) for r in set(runs) - set(sizes.get("run", ())))
     rest = f"; not yet trained on parts of their data: {', '.join(lacking)}" if lacking else ""
     if sizes.empty:
@@ -775,8 +793,9 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
     for run, g in sizes.groupby("run", sort=True):
         g = g.sort_values("data fraction")
         meas = g.dropna(subset=["vLLM: mean"]) if "vLLM: mean" in g else g.iloc[:0]
+        off, meas = meas[~meas["on the curve"]], meas[meas["on the curve"]]
         acc = " / ".join(f"{v:.1%}" for v in meas["vLLM: mean"]) if len(meas) else "not measured"
-        stops = sorted(set(g["stopped by"].astype(str).str.replace("_", " ")))
+        stops = sorted(set(meas["stopped by"].astype(str).str.replace("_", " ")))
         head = (f"{_run_label(run)} on {' / '.join(str(int(s)) for s in meas['sequences'])} "
                 f"training sequences: {acc} through vLLM (held-out agreement over the first 64 "
                 f"tokens {' / '.join(f'{v:.1%}' for v in meas['first-64 agreement'])}), "
@@ -788,6 +807,17 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
             if abs(d) <= REPRODUCTION_TOLERANCE:
                 head += (f", within the ±{100 * REPRODUCTION_TOLERANCE:.0f} points of a "
                          "reproduction: more data bought nothing measurable")
+            gain = data_gain(g)
+            if len(gain) and gain["still gaining"].iloc[0]:
+                if gain["from"].iloc[0] != meas["data fraction"].iloc[0]:
+                    head += (f", {gain['points'].iloc[0]:+.1f} of them from its "
+                             f"1/{round(1 / gain['from'].iloc[0])}")
+                head += (": more data still buys acceptance, so its whole-data figure is a "
+                         "lower bound on the method")
+        for _, r in off.iterrows():
+            head += (f" (its 1/{round(1 / r['data fraction'])}, stopped by the "
+                     f"{str(r['stopped by']).replace('_', ' ')} at {int(r['step'])} steps, "
+                     f"{r['vLLM: mean']:.1%}, measures that budget: not on the curve)")
         parts.append(head)
     return "; ".join(parts) + rest
 
@@ -1030,6 +1060,7 @@ def plateau_table(measured: pd.DataFrame, curves: pd.DataFrame,
         return pd.DataFrame(columns=cols)
     whole = curves[curves["data fraction"] == 1]  # a data-size run: its own curve's point
     last = _last_evals(whole)
+    gain = data_gain(plateau_data_sizes(measured, curves)).set_index("run")
     wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
     finals = measured[measured["latest"] & measured["artifact"].isin(last.index)] \
         .sort_values("vLLM: mean", ascending=False)
@@ -1049,6 +1080,9 @@ def plateau_table(measured: pd.DataFrame, curves: pd.DataFrame,
                "training": f"{int(c['step'])} steps, {c['training (s)']:.0f} s, "
                            f"{gpu_model(str(c['device'])) or c['device']}",
                "stopped by": stop}
+        if r["run"] in gain.index:  # the whole data against its largest part on the curve
+            row |= {"more data": gain.loc[r["run"], "points"],
+                    "more data from": gain.loc[r["run"], "from"]}
         if est is not None and len(est):
             e = est[(est["method"] == r["method"]) & (est["profile"] == r["campaign"])] \
                 .dropna(subset=["speedup"]).sort_values("batch_size")
@@ -1069,6 +1103,10 @@ def plateau_table_style(table: pd.DataFrame):
         "acceptance rate (range)": [f"{r['acceptance']:.0%} ({r['lowest']:.0%}–{r['highest']:.0%})"
                                     for _, r in table.iterrows()],
         "trained": table["training"], "stopped by": table["stopped by"],
+        **({"all data vs a part": [  # what the whole data bought over its largest part
+            f"{r['more data']:+.1f} points over 1/{round(1 / r['more data from'])}"
+            if pd.notna(r["more data"]) else None for _, r in table.iterrows()]}
+           if "more data" in table else {}),
         **{f"speedup at {c} (predicted)": table[c] for c in batches}})
     return shown.style.format({c: "{:.2f}×" for c in shown.columns if c.startswith("speedup")},
                               na_rep="–").hide(axis="index")

@@ -194,7 +194,8 @@ def data_size_curves(sizes: pd.DataFrame,
     """Left: vLLM's acceptance rate at K = 4 (mean over the workloads, bars: their range)
     against the training sequences, one line per run trained on parts of its data
     (:func:`specdec.acceptance.plateau_data_sizes`). Right: the held-out agreement over the
-    first 64 tokens of the same artifacts, what the plateau rule watched."""
+    first 64 tokens of the same artifacts, what the plateau rule watched. A part that a time or
+    step cap stopped is drawn hollow, off the line: it measures that budget."""
     fig, (left, right) = figure(title, size=(11, 4.2), ncols=2)
     for ax in (left, right):
         ax.set_xlabel("training sequences (log scale)")
@@ -209,13 +210,22 @@ def data_size_curves(sizes: pd.DataFrame,
     for run, g in sizes.groupby("run"):
         g = g.sort_values("sequences")
         colour = palette[g["method"].iloc[0]]
-        m = g.dropna(subset=["vLLM: mean"]) if "vLLM: mean" in g else g.iloc[:0]
+        on, off = g[g["on the curve"]], g[~g["on the curve"]]
+        m = on.dropna(subset=["vLLM: mean"]) if "vLLM: mean" in g else g.iloc[:0]
         if len(m):
             lo, hi = m[wl].min(axis=1), m[wl].max(axis=1)
             left.errorbar(m["sequences"], m["vLLM: mean"],
                           yerr=[m["vLLM: mean"] - lo, hi - m["vLLM: mean"]], marker="D",
                           color=colour, capsize=3, label=run)
-        right.plot(g["sequences"], g["first-64 agreement"], marker="o", color=colour, label=run)
+        right.plot(on["sequences"], on["first-64 agreement"], marker="o", color=colour, label=run)
+        for _, r in off.iterrows():  # stopped by a budget: a point, not a point of the curve
+            note = f"{str(r['stopped by']).replace('_', ' ')}, {int(r['step'])} steps"
+            for ax, y in ((left, r.get("vLLM: mean")), (right, r["first-64 agreement"])):
+                if pd.notna(y):
+                    ax.plot([r["sequences"]], [y], marker="D" if ax is left else "o", ls="none",
+                            mfc="none", color=colour)
+                    ax.annotate(note, (r["sequences"], y), textcoords="offset points",
+                                xytext=(4, -10), fontsize="x-small", color=colour)
     for ax in (left, right):
         _log_x(ax, sorted(sizes["sequences"].dropna().unique()), base=2)  # the sizes trained
         ax.set_ylim(0, None)
