@@ -816,7 +816,7 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
                          "lower bound on the method")
         for _, r in off.iterrows():
             head += (f" (its 1/{round(1 / r['data fraction'])}, stopped by the "
-                     f"{str(r['stopped by']).replace('_', ' ')} at {int(r['step'])} steps, "
+                     f"{stop_label(r['stopped by'])} at {int(r['step'])} steps, "
                      f"{r['vLLM: mean']:.1%}, measures that budget: not on the curve)")
         parts.append(head)
     return "; ".join(parts) + rest
@@ -1046,6 +1046,12 @@ def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
 _STOPPED = {"plateau": "plateau", "max_steps": "step cap", "time_cap": "time cap"}
 
 
+def stop_label(reason) -> str:
+    """Why a training stopped, as the tables, sentences and figures name it (``max_steps`` ->
+    "step cap"; a reason not in :data:`_STOPPED` with its underscores as spaces)."""
+    return _STOPPED.get(reason, str(reason).replace("_", " "))
+
+
 def plateau_table(measured: pd.DataFrame, curves: pd.DataFrame,
                   est: pd.DataFrame | None = None) -> pd.DataFrame:
     """The chapter's short answer: each whole-data plateau run's final artifact as vLLM measured
@@ -1067,7 +1073,7 @@ def plateau_table(measured: pd.DataFrame, curves: pd.DataFrame,
     rows = []
     for _, r in finals.iterrows():
         c = last.loc[r["artifact"]]
-        stop = _STOPPED.get(c["stopped by"], str(c["stopped by"]).replace("_", " "))
+        stop = stop_label(c["stopped by"])
         if stop != "plateau":
             doubling = _last_doubling(whole[whole["artifact"] == r["artifact"]])
             # still gaining: the chapters read its acceptance as a lower bound

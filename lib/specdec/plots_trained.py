@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .acceptance import stop_label
 from .plots import _figure, _no_data, caption, figure, method_palette
 
 
@@ -219,7 +220,7 @@ def data_size_curves(sizes: pd.DataFrame,
                           color=colour, capsize=3, label=run)
         right.plot(on["sequences"], on["first-64 agreement"], marker="o", color=colour, label=run)
         for _, r in off.iterrows():  # stopped by a budget: a point, not a point of the curve
-            note = f"{str(r['stopped by']).replace('_', ' ')}, {int(r['step'])} steps"
+            note = f"{stop_label(r['stopped by'])}, {int(r['step'])} steps"
             for ax, y in ((left, r.get("vLLM: mean")), (right, r["first-64 agreement"])):
                 if pd.notna(y):
                     ax.plot([r["sequences"]], [y], marker="D" if ax is left else "o", ls="none",
