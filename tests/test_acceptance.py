@@ -701,6 +701,49 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
     assert list(right.get_lines()[0].get_xdata()) == [1000, 2000]  # the line: plateaus only
     hollow = [ln for ln in left.get_lines() if ln.get_markerfacecolor() == "none"]
     assert [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in hollow] == [([500], [0.1])]
+    assert [t.get_text() for t in left.texts] == ["≥ (time cap, 250 steps)"]  # a lower bound
+
+
+def _sizes(rows):
+    """A plateau_data_sizes frame of one run: (fraction, stopped by, vLLM mean) per size."""
+    return pd.DataFrame([{"run": "smollm2-eagle3", "method": "eagle3",
+                          "artifact": "smollm2-eagle3" + (f"-data1of{round(1 / f)}" if f < 1 else ""),
+                          "data fraction": f, "sequences": int(2000 * f), "step": 1000,
+                          "stopped by": stop, "training (s)": 10.0, "first-64 agreement": 0.5,
+                          "on the curve": f == 1 or stop == "plateau", "vLLM: mean": m}
+                         for f, stop, m in rows])
+
+
+def test_a_capped_part_bounds_what_the_rest_of_the_data_bought():
+    """A part a cap stopped is a lower bound on its plateau: within a reproduction's noise of a
+    whole-data run the plateau rule stopped, the rest of the data bought at most that (lease
+    33's EAGLE-3 on half its data); otherwise the largest part on the curve answers."""
+    flattens = _sizes([(0.25, "plateau", 0.20), (0.5, "max_steps", 0.29), (1, "plateau", 0.295)])
+    g = acceptance.data_gain(flattens).iloc[0]
+    assert (g["from"], g["at most"], g["still gaining"], g["curve"]) == (0.5, True, False, "flattens")
+    assert g["points"] == pytest.approx(0.5)
+    said = acceptance.data_size_sentence(flattens)
+    assert said.endswith("the whole data against its 1/4: +9.5 points, but at most +0.5 of them "
+                         "over its 1/2, which the step cap stopped at 1000 steps still gaining "
+                         "with 29.0% (a lower bound on its plateau): the curve flattens before "
+                         "the whole data")
+    assert "not on the curve" not in said  # the bounding part is named once
+    assert acceptance.data_reading(acceptance.data_gain(flattens)) == "eagle3's rises, then flattens"
+    # the capped part far below the whole: no bound, the largest part on the curve answers
+    rising = _sizes([(0.25, "plateau", 0.20), (0.5, "time_cap", 0.18), (1, "plateau", 0.295)])
+    g = acceptance.data_gain(rising).iloc[0]
+    assert (g["from"], g["at most"], g["still gaining"], g["curve"]) == (0.25, False, True, "still rising")
+    # a whole-data run a cap stopped is itself a lower bound: the two bounds settle nothing
+    capped = _sizes([(0.25, "plateau", 0.20), (0.5, "max_steps", 0.29), (1, "max_steps", 0.295)])
+    assert acceptance.data_gain(capped).iloc[0]["at most"] == False  # noqa: E712
+    table = pd.DataFrame([{"method": "eagle3", "acceptance": 0.295, "lowest": 0.25, "highest": 0.37,
+                           "training": "16000 steps", "stopped by": "plateau", "more data": 0.5,
+                           "more data from": 0.5, "more data at most": True}])
+    assert acceptance.plateau_table_style(table).data.loc[0, "all data vs a part"] == \
+        "at most +0.5 points over 1/2"
+    flat = _sizes([(0.125, "plateau", 0.08), (0.5, "plateau", 0.088), (1, "plateau", 0.086)])
+    assert acceptance.data_gain(flat).iloc[0]["curve"] == "flat"
+    assert acceptance.data_reading(acceptance.data_gain(flat.iloc[0:0])).startswith("no run")
 
 
 def test_max_steps_changes_a_training_only_under_a_schedule_that_reads_it():

@@ -766,17 +766,46 @@ def plateau_data_sizes(measured: pd.DataFrame, curves: pd.DataFrame) -> pd.DataF
 
 def data_gain(sizes: pd.DataFrame) -> pd.DataFrame:
     """Per run of :func:`plateau_data_sizes`: what its whole data bought through vLLM over its
-    largest part on the curve (``from``: that part's fraction; ``points``), and whether that is
-    more than :data:`REPRODUCTION_TOLERANCE` (``still gaining``: the whole-data figure is then a
-    lower bound on the method at its recipe, not what more data would reach)."""
+    largest part (``from``: that part's fraction; ``points``), and whether that is more than
+    :data:`REPRODUCTION_TOLERANCE` (``still gaining``: the whole-data figure is then a lower
+    bound on the method at its recipe, not what more data would reach).
+
+    A part that a step or time cap stopped was still gaining: its acceptance is a lower bound
+    on where its own plateau lies. Against a whole-data run the plateau rule stopped, the
+    difference is then an upper bound on what the rest of the data bought (``at most``): within
+    the tolerance, it settles the question (lease 33's EAGLE-3 on half the data, stopped by the
+    step cap 0.5 points below the whole). Otherwise the largest part on the curve answers.
+    ``curve``: ``still rising`` (still gaining), ``flat`` (the whole data within the tolerance of
+    its smallest part on the curve) or ``flattens`` (it rose, then stopped rising)."""
+    cols = ["run", "from", "points", "at most", "still gaining", "curve"]
     rows = []
     for run, g in sizes.groupby("run", sort=True):
-        m = g[g["on the curve"]].dropna(subset=["vLLM: mean"]).sort_values("data fraction")
-        if len(m) >= 2 and m["data fraction"].iloc[-1] == 1:
-            d = m["vLLM: mean"].iloc[-1] - m["vLLM: mean"].iloc[-2]
-            rows.append({"run": run, "from": m["data fraction"].iloc[-2], "points": 100 * d,
-                         "still gaining": d > REPRODUCTION_TOLERANCE})
-    return pd.DataFrame(rows, columns=["run", "from", "points", "still gaining"])
+        g = g.dropna(subset=["vLLM: mean"]).sort_values("data fraction")
+        whole, parts = g[g["data fraction"] == 1], g[g["data fraction"] < 1]
+        on = parts[parts["on the curve"]]
+        if whole.empty or on.empty:
+            continue
+        w, top = whole.iloc[-1], parts.iloc[-1]
+        bound = (not top["on the curve"] and w["stopped by"] == "plateau"
+                 and w["vLLM: mean"] - top["vLLM: mean"] <= REPRODUCTION_TOLERANCE)
+        part = top if bound else on.iloc[-1]
+        d = w["vLLM: mean"] - part["vLLM: mean"]
+        still = not bound and d > REPRODUCTION_TOLERANCE
+        flat = w["vLLM: mean"] - on["vLLM: mean"].iloc[0] <= REPRODUCTION_TOLERANCE
+        rows.append({"run": run, "from": part["data fraction"], "points": 100 * d,
+                     "at most": bool(bound), "still gaining": bool(still),
+                     "curve": "still rising" if still else "flat" if flat else "flattens"})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def data_reading(gain: pd.DataFrame) -> str:
+    """:func:`data_gain`'s ``curve`` of each run in a sentence: which curves are flat, which
+    rose and flattened, which still rise where the data ends."""
+    if gain.empty:
+        return "no run has both its whole data and a part of it measured yet"
+    said = {"flat": "is flat", "flattens": "rises, then flattens",
+            "still rising": "still rises where its data ends"}
+    return "; ".join(f"{_run_label(r['run'])}'s {said[r['curve']]}" for _, r in gain.iterrows())
 
 
 def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
@@ -808,12 +837,19 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
                 head += (f", within the ±{100 * REPRODUCTION_TOLERANCE:.0f} points of a "
                          "reproduction: more data bought nothing measurable")
             gain = data_gain(g)
-            if len(gain) and gain["still gaining"].iloc[0]:
-                if gain["from"].iloc[0] != meas["data fraction"].iloc[0]:
-                    head += (f", {gain['points'].iloc[0]:+.1f} of them from its "
-                             f"1/{round(1 / gain['from'].iloc[0])}")
+            gain = gain.iloc[0] if len(gain) else None
+            if gain is not None and gain["still gaining"]:
+                if gain["from"] != meas["data fraction"].iloc[0]:
+                    head += f", {gain['points']:+.1f} of them from its 1/{round(1 / gain['from'])}"
                 head += (": more data still buys acceptance, so its whole-data figure is a "
                          "lower bound on the method")
+            elif gain is not None and gain["at most"]:
+                r = off[off["data fraction"] == gain["from"]].iloc[0]
+                off = off.drop(r.name)
+                head += (f", but at most {gain['points']:+.1f} of them over its "
+                         f"1/{round(1 / r['data fraction'])}, which the {stop_label(r['stopped by'])} "
+                         f"stopped at {int(r['step'])} steps still gaining with {r['vLLM: mean']:.1%}"
+                         f" (a lower bound on its plateau): the curve flattens before the whole data")
         for _, r in off.iterrows():
             head += (f" (its 1/{round(1 / r['data fraction'])}, stopped by the "
                      f"{stop_label(r['stopped by'])} at {int(r['step'])} steps, "
@@ -1086,9 +1122,10 @@ def plateau_table(measured: pd.DataFrame, curves: pd.DataFrame,
                "training": f"{int(c['step'])} steps, {c['training (s)']:.0f} s, "
                            f"{gpu_model(str(c['device'])) or c['device']}",
                "stopped by": stop}
-        if r["run"] in gain.index:  # the whole data against its largest part on the curve
+        if r["run"] in gain.index:  # the whole data against its largest part (data_gain)
             row |= {"more data": gain.loc[r["run"], "points"],
-                    "more data from": gain.loc[r["run"], "from"]}
+                    "more data from": gain.loc[r["run"], "from"],
+                    "more data at most": gain.loc[r["run"], "at most"]}
         if est is not None and len(est):
             e = est[(est["method"] == r["method"]) & (est["profile"] == r["campaign"])] \
                 .dropna(subset=["speedup"]).sort_values("batch_size")
@@ -1110,7 +1147,8 @@ def plateau_table_style(table: pd.DataFrame):
                                     for _, r in table.iterrows()],
         "trained": table["training"], "stopped by": table["stopped by"],
         **({"all data vs a part": [  # what the whole data bought over its largest part
-            f"{r['more data']:+.1f} points over 1/{round(1 / r['more data from'])}"
+            f"{'at most ' if r['more data at most'] else ''}{r['more data']:+.1f} points over "
+            f"1/{round(1 / r['more data from'])}"
             if pd.notna(r["more data"]) else None for _, r in table.iterrows()]}
            if "more data" in table else {}),
         **{f"speedup at {c} (predicted)": table[c] for c in batches}})

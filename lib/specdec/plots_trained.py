@@ -196,7 +196,7 @@ def data_size_curves(sizes: pd.DataFrame,
     against the training sequences, one line per run trained on parts of its data
     (:func:`specdec.acceptance.plateau_data_sizes`). Right: the held-out agreement over the
     first 64 tokens of the same artifacts, what the plateau rule watched. A part that a time or
-    step cap stopped is drawn hollow, off the line: it measures that budget."""
+    step cap stopped is drawn hollow, off the line: still gaining, a lower bound on its plateau."""
     fig, (left, right) = figure(title, size=(11, 4.2), ncols=2)
     for ax in (left, right):
         ax.set_xlabel("training sequences (log scale)")
@@ -219,8 +219,8 @@ def data_size_curves(sizes: pd.DataFrame,
                           yerr=[m["vLLM: mean"] - lo, hi - m["vLLM: mean"]], marker="D",
                           color=colour, capsize=3, label=run)
         right.plot(on["sequences"], on["first-64 agreement"], marker="o", color=colour, label=run)
-        for _, r in off.iterrows():  # stopped by a budget: a point, not a point of the curve
-            note = f"{stop_label(r['stopped by'])}, {int(r['step'])} steps"
+        for _, r in off.iterrows():  # stopped still gaining: a lower bound, not a curve point
+            note = f"≥ ({stop_label(r['stopped by'])}, {int(r['step'])} steps)"
             for ax, y in ((left, r.get("vLLM: mean")), (right, r["first-64 agreement"])):
                 if pd.notna(y):
                     ax.plot([r["sequences"]], [y], marker="D" if ax is left else "o", ls="none",
