@@ -824,7 +824,7 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
         meas = g.dropna(subset=["vLLM: mean"]) if "vLLM: mean" in g else g.iloc[:0]
         off, meas = meas[~meas["on the curve"]], meas[meas["on the curve"]]
         acc = " / ".join(f"{v:.1%}" for v in meas["vLLM: mean"]) if len(meas) else "not measured"
-        stops = sorted(set(meas["stopped by"].astype(str).str.replace("_", " ")))
+        stops = sorted(set(map(stop_label, meas["stopped by"])))
         head = (f"{_run_label(run)} on {' / '.join(str(int(s)) for s in meas['sequences'])} "
                 f"training sequences: {acc} through vLLM (held-out agreement over the first 64 "
                 f"tokens {' / '.join(f'{v:.1%}' for v in meas['first-64 agreement'])}), "
