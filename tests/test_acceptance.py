@@ -743,6 +743,9 @@ def test_a_capped_part_bounds_what_the_rest_of_the_data_bought():
         "at most +0.5 points over 1/2"
     flat = _sizes([(0.125, "plateau", 0.08), (0.5, "plateau", 0.088), (1, "plateau", 0.086)])
     assert acceptance.data_gain(flat).iloc[0]["curve"] == "flat"
+    falls = _sizes([(0.25, "plateau", 0.30), (1, "plateau", 0.20)])
+    assert acceptance.data_gain(falls).iloc[0][["curve", "over smallest"]].tolist() == \
+        ["falls", pytest.approx(-10.0)]
     assert acceptance.data_reading(acceptance.data_gain(flat.iloc[0:0])).startswith("no run")
 
 

@@ -775,9 +775,12 @@ def data_gain(sizes: pd.DataFrame) -> pd.DataFrame:
     difference is then an upper bound on what the rest of the data bought (``at most``): within
     the tolerance, it settles the question (lease 33's EAGLE-3 on half the data, stopped by the
     step cap 0.5 points below the whole). Otherwise the largest part on the curve answers.
-    ``curve``: ``still rising`` (still gaining), ``flat`` (the whole data within the tolerance of
-    its smallest part on the curve) or ``flattens`` (it rose, then stopped rising)."""
-    cols = ["run", "from", "points", "at most", "still gaining", "curve"]
+    ``smallest``, ``over smallest``: the smallest part on the curve and what the whole data
+    bought over it; ``curve``: ``still rising`` (still gaining), ``flat`` (the whole data within
+    the tolerance of its smallest part), ``falls`` (below it) or ``flattens`` (it rose, then
+    stopped rising)."""
+    cols = ["run", "from", "points", "at most", "still gaining", "smallest", "over smallest",
+            "curve"]
     rows = []
     for run, g in sizes.groupby("run", sort=True):
         g = g.dropna(subset=["vLLM: mean"]).sort_values("data fraction")
@@ -791,10 +794,13 @@ def data_gain(sizes: pd.DataFrame) -> pd.DataFrame:
         part = top if bound else on.iloc[-1]
         d = w["vLLM: mean"] - part["vLLM: mean"]
         still = not bound and d > REPRODUCTION_TOLERANCE
-        flat = w["vLLM: mean"] - on["vLLM: mean"].iloc[0] <= REPRODUCTION_TOLERANCE
+        over = w["vLLM: mean"] - on["vLLM: mean"].iloc[0]
         rows.append({"run": run, "from": part["data fraction"], "points": 100 * d,
                      "at most": bool(bound), "still gaining": bool(still),
-                     "curve": "still rising" if still else "flat" if flat else "flattens"})
+                     "smallest": on["data fraction"].iloc[0], "over smallest": 100 * over,
+                     "curve": "still rising" if still else
+                              "flat" if abs(over) <= REPRODUCTION_TOLERANCE else
+                              "falls" if over < 0 else "flattens"})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -803,7 +809,7 @@ def data_reading(gain: pd.DataFrame) -> str:
     rose and flattened, which still rise where the data ends."""
     if gain.empty:
         return "no run has both its whole data and a part of it measured yet"
-    said = {"flat": "is flat", "flattens": "rises, then flattens",
+    said = {"flat": "is flat", "flattens": "rises, then flattens", "falls": "falls",
             "still rising": "still rises where its data ends"}
     return "; ".join(f"{_run_label(r['run'])}'s {said[r['curve']]}" for _, r in gain.iterrows())
 
@@ -829,21 +835,20 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
                 f"training sequences: {acc} through vLLM (held-out agreement over the first 64 "
                 f"tokens {' / '.join(f'{v:.1%}' for v in meas['first-64 agreement'])}), "
                 f"{'each' if len(stops) == 1 else 'runs'} stopped by {' or '.join(stops)}")
-        if len(meas) >= 2 and meas["data fraction"].iloc[-1] == 1:
-            d = meas["vLLM: mean"].iloc[-1] - meas["vLLM: mean"].iloc[0]
-            head += (f"; the whole data against its 1/{round(1 / meas['data fraction'].iloc[0])}: "
-                     f"{100 * d:+.1f} points")
-            if abs(d) <= REPRODUCTION_TOLERANCE:
+        gain = data_gain(g)
+        gain = gain.iloc[0] if len(gain) else None
+        if gain is not None:
+            head += (f"; the whole data against its 1/{round(1 / gain['smallest'])}: "
+                     f"{gain['over smallest']:+.1f} points")
+            if gain["curve"] == "flat":
                 head += (f", within the ±{100 * REPRODUCTION_TOLERANCE:.0f} points of a "
                          "reproduction: more data bought nothing measurable")
-            gain = data_gain(g)
-            gain = gain.iloc[0] if len(gain) else None
-            if gain is not None and gain["still gaining"]:
-                if gain["from"] != meas["data fraction"].iloc[0]:
+            elif gain["still gaining"]:
+                if gain["from"] != gain["smallest"]:
                     head += f", {gain['points']:+.1f} of them from its 1/{round(1 / gain['from'])}"
                 head += (": more data still buys acceptance, so its whole-data figure is a "
                          "lower bound on the method")
-            elif gain is not None and gain["at most"]:
+            elif gain["at most"]:
                 r = off[off["data fraction"] == gain["from"]].iloc[0]
                 off = off.drop(r.name)
                 head += (f", but at most {gain['points']:+.1f} of them over its "
