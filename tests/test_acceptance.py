@@ -676,6 +676,11 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
     left, right = plots_trained.data_size_curves(sizes).axes[:2]
     assert list(right.get_lines()[0].get_xdata()) == [1000, 2000]
     assert [float(y) for y in left.get_lines()[0].get_ydata()] == pytest.approx([0.18, 0.25])
+    # two runs of one method (the two distilled drafts): each its own colour, as in the steps figure
+    two = pd.concat([sizes, sizes.assign(run="smollm2-eagle3-b")], ignore_index=True)
+    colour = {ln.get_label(): ln.get_color()
+              for ln in plots_trained.data_size_curves(two).axes[1].get_lines()}
+    assert colour["smollm2-eagle3"] != colour["smollm2-eagle3-b"]
     # only the whole data trained: no data-size curve
     assert acceptance.plateau_data_sizes(measured, curves[curves["data fraction"] == 1]).empty
     # a part the time cap stopped measures that budget: shown, but off the curve

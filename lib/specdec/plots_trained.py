@@ -135,6 +135,16 @@ def _log_x(ax, ticks, base: int = 10) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def _run_colours(frame: pd.DataFrame, run: str) -> dict:
+    """Each run's colour: its method's where it is the only run of that method, its own where
+    runs share a method (the two distilled drafts), so no two lines of a figure look alike."""
+    runs = frame[[run, "method"]].drop_duplicates()
+    shared = runs["method"].duplicated(keep=False)
+    key = dict(zip(runs[run], runs["method"].where(~shared, runs[run])))
+    palette = method_palette(sorted(set(key.values())))
+    return {name: palette[k] for name, k in key.items()}
+
+
 def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
                     title: str = "Learning curves of the plateau trainings") -> Figure:
     """Left: held-out agreement (mean over draft positions) against training seconds, one line
@@ -153,15 +163,10 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
         _no_data(left)
         _no_data(right)
         return fig
-    # a method's colour where one run has it; runs sharing a method (the two distilled drafts)
-    # each their own
-    runs = whole[["artifact", "method"]].drop_duplicates()
-    shared = runs["method"].duplicated(keep=False)
-    key = dict(zip(runs["artifact"], runs["method"].where(~shared, runs["artifact"])))
-    palette = method_palette(sorted(set(key.values())))
+    colours = _run_colours(whole, "artifact")
     for name, g in whole.groupby("artifact"):
         g = g.sort_values("step")
-        colour = palette[key[name]]
+        colour = colours[name]
         left.plot(g["training (s)"], g["agreement"], marker="o", color=colour, label=name)
         first = g.dropna(subset=["first-64 agreement"])  # recorded from lease 25 on
         if len(first):
@@ -206,11 +211,11 @@ def data_size_curves(sizes: pd.DataFrame,
         _no_data(left)
         _no_data(right)
         return fig
-    palette = method_palette(sorted(sizes["method"].unique()))
+    colours = _run_colours(sizes, "run")
     wl = [c for c in sizes.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
     for run, g in sizes.groupby("run"):
         g = g.sort_values("sequences")
-        colour = palette[g["method"].iloc[0]]
+        colour = colours[run]
         on, off = g[g["on the curve"]], g[~g["on the curve"]]
         m = on.dropna(subset=["vLLM: mean"]) if "vLLM: mean" in g else g.iloc[:0]
         if len(m):
@@ -226,7 +231,7 @@ def data_size_curves(sizes: pd.DataFrame,
                     ax.plot([r["sequences"]], [y], marker="D" if ax is left else "o", ls="none",
                             mfc="none", color=colour)
                     ax.annotate(note, (r["sequences"], y), textcoords="offset points",
-                                xytext=(4, -10), fontsize="x-small", color=colour)
+                                xytext=(4, -10), fontsize="x-small", color="0.3")
     for ax in (left, right):
         _log_x(ax, sorted(sizes["sequences"].dropna().unique()), base=2)  # the sizes trained
         ax.set_ylim(0, None)
