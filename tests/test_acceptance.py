@@ -523,6 +523,10 @@ def test_plateau_sentences_say_why_a_run_stopped(tmp_path):
     short = acceptance.plateau_table(acceptance.plateau_measured(_plateau_summary(), tmp_path / "b"),
                                      curves)
     assert short.loc[0, "stopped by"] == "plateau"
+    # the recipe's step cap is named as the tables name it, not by its key (max_steps)
+    _plateau_records(tmp_path / "c", stopped_by="max_steps")
+    said = acceptance.plateau_sentence(acceptance.plateau_curves(tmp_path / "c"))
+    assert "stopped by step cap" in said and "max steps" not in said
     # a final artifact measured on fewer workloads than another: its mean says on which
     more = pd.concat([_plateau_summary(), pd.DataFrame([_row(
         "h100-plateau", "eagle3-c1", 4, "sharegpt-heldout", 0.0, 0.4, [0.5, 0.3, 0.2, 0.1],

@@ -76,7 +76,7 @@ def stopped_sentence(arts: pd.DataFrame) -> str:
     if arts.empty:
         return "no training recorded"
     stops = arts["stopped by"].fillna("not recorded").value_counts()
-    return "; ".join(f"{n} of {len(arts)} by {why.replace('_', ' ')}" for why, n in stops.items())
+    return "; ".join(f"{n} of {len(arts)} by {stop_label(why)}" for why, n in stops.items())
 
 
 def training_logs(root: Path | None = None) -> pd.DataFrame:
@@ -114,7 +114,7 @@ def training_sentence(logs: pd.DataFrame, share: float = 0.2) -> str:
         late = tr[tr["step"] > (1 - share) * last]["acc1"].mean()
         before = tr[(tr["step"] > (1 - 2 * share) * last) & (tr["step"] <= (1 - share) * last)]["acc1"].mean()
         held = float(ev.loc[ev["step"].idxmax(), "acc1"])
-        stop = str(g["stopped_by"].iloc[0] or "not recorded").replace("_", " ")
+        stop = stop_label(g["stopped_by"].iloc[0] or "not recorded")
         parts.append(f"{name}: {before:.2f}, then {late:.2f} on its training batches (the last "
                      f"two fifths of its {last} steps), {held:.2f} held out at the end, stopped "
                      f"by {stop}")
@@ -472,7 +472,7 @@ def surface_sentence(est: pd.DataFrame) -> str:
         if "steps" in g:
             trained = f"`{a['profile']}`" + (
                 f", {int(a['steps'])} steps in {a['training (s)']:.0f} s of training, stopped "
-                f"by {str(a['stopped by']).replace('_', ' ')}" if pd.notna(a["steps"]) else "") + "; "
+                f"by {stop_label(a['stopped by'])}" if pd.notna(a["steps"]) else "") + "; "
         parts.append(f"{m} ({trained}acceptance rate {a['acceptance']:.0%}, per-token α ≈ "
                      f"{a['alpha']:.2f}, read as `{a['surface method']}`): "
                      f"{surface.speedups_over_batch(g)}")
@@ -923,7 +923,7 @@ def plateau_sentence(curves: pd.DataFrame) -> str:
         parts.append(f"{name}: {int(last['step'])} steps, {last['training (s)']:.0f} s of training "
                      f"on an {str(last['device']).replace('NVIDIA ', '')}, held-out agreement "
                      f"{last['agreement']:.0%}, stopped by "
-                     f"{str(last['stopped by']).replace('_', ' ')}{gain}")
+                     f"{stop_label(last['stopped by'])}{gain}")
     return "; ".join(parts) or "no plateau training is recorded yet"
 
 
@@ -1075,7 +1075,7 @@ def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
                          f"±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
         elif r["earlier stopped by"] != "plateau":
             parts.append(f"{head}; the earlier run was stopped by "
-                         f"{str(r['earlier stopped by']).replace('_', ' ')}, so this is what "
+                         f"{stop_label(r['earlier stopped by'])}, so this is what "
                          "training on bought, not a reproduction")
         else:
             parts.append(f"{head}; not the same training (its data or its recipe changed), so "
