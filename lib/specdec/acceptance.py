@@ -824,7 +824,7 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
     rest = f"; not yet trained on parts of their data: {', '.join(lacking)}" if lacking else ""
     if sizes.empty:
         return "no method has been trained on parts of its data yet" + rest
-    parts = []
+    parts, gains = [], data_gain(sizes).set_index("run")
     for run, g in sizes.groupby("run", sort=True):
         g = g.sort_values("data fraction")
         meas = g.dropna(subset=["vLLM: mean"]) if "vLLM: mean" in g else g.iloc[:0]
@@ -835,9 +835,8 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
                 f"training sequences: {acc} through vLLM (held-out agreement over the first 64 "
                 f"tokens {' / '.join(f'{v:.1%}' for v in meas['first-64 agreement'])}), "
                 f"{'each' if len(stops) == 1 else 'runs'} stopped by {' or '.join(stops)}")
-        gain = data_gain(g)
-        gain = gain.iloc[0] if len(gain) else None
-        if gain is not None:
+        if run in gains.index:
+            gain = gains.loc[run]
             head += (f"; the whole data against its 1/{round(1 / gain['smallest'])}: "
                      f"{gain['over smallest']:+.1f} points")
             if gain["curve"] == "flat":
