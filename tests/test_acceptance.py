@@ -769,3 +769,39 @@ def test_max_steps_changes_a_training_only_under_a_schedule_that_reads_it():
     cosine = {**r, "lr_schedule": "cosine"}
     assert not same_training({**cosine, "max_steps": 16000}, {**cosine, "max_steps": 32000})
     assert not same_training({**r, "max_steps": 16000}, {**cosine, "max_steps": 16000})
+
+
+def test_runner_pin_pairs_the_same_weights_on_both_runners(tmp_path):
+    """runner_pin: a plateau artifact measured pinned (V1, in-process core) and on vLLM's
+    defaults (V2, own process) with the same weights gives the pin's difference per workload
+    and on the mean; other weights on one side are no comparison; the controls never enter the
+    data-size or steps rows (plateau_measured)."""
+    v1, v2 = (f"vllm.v1.worker.{m}.GPUModelRunner" for m in ("gpu_model_runner", "gpu.model_runner"))
+    rows = []
+    for wl, pinned, default in (("mtbench", 0.20, 0.22), ("humaneval", 0.30, 0.29)):
+        rows.append(_row("h100-plateau-v2", "eagle3-data1of8", 4, wl, 0.0, pinned, None,
+                         draft="smollm2-eagle3-data1of8", draft_sha256="aa", model_runner=v1,
+                         engine_core="inproc"))
+        rows.append(_row("h100-plateau-v2", "eagle3-data1of8-default", 4, wl, 0.0, default, None,
+                         draft="smollm2-eagle3-data1of8", draft_sha256="aa", model_runner=v2,
+                         engine_core="default"))
+    summary = pd.DataFrame(rows)
+    assert acceptance.runner_pin(summary.iloc[0:0]).empty
+    assert acceptance.runner_pin_sentence(acceptance.runner_pin(summary.iloc[0:0])).startswith(
+        "not measured yet")
+    table = acceptance.runner_pin(summary).set_index("workload")
+    assert table.loc["mtbench", "points"] == pytest.approx(2.0)
+    assert table.loc["mean", "points"] == pytest.approx(0.5)
+    assert tuple(table.loc["mean", ["pinned runner", "pinned core", "default runner",
+                                    "default core"]]) == ("V1", "in-process", "V2", "own-process")
+    sentence = acceptance.runner_pin_sentence(table.reset_index())
+    assert "25.0% pinned (V1 runner, in-process engine core)" in sentence
+    assert "25.5% on vLLM's defaults (V2 runner, own-process engine core), +0.5 points" in sentence
+    assert "(at most 2.0 on one workload), within the ±3 points of a reproduction" in sentence
+    other = summary.assign(draft_sha256=np.where(summary["method"].str.endswith("default"), "bb", "aa"))
+    assert not acceptance.runner_pin(other)["same weights"].any()
+    assert "different weights" in acceptance.runner_pin_sentence(acceptance.runner_pin(other))
+    # plateau_measured reads the pinned rows only
+    m = acceptance.plateau_measured(summary, tmp_path)
+    assert m["method"].tolist() == ["eagle3-data1of8"]
+    assert m.loc[0, "vLLM: mean"] == pytest.approx(0.25)

@@ -707,7 +707,8 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
 
     root = Path(root or PLATEAU_RECORDS)
     s = summary[summary["profile"].isin(PLATEAU_PROFILES) & (summary["temperature"] == 0)
-                & summary["acceptance_rate"].notna()]
+                & summary["acceptance_rate"].notna()
+                & ~summary["method"].isin(RUNNER_DEFAULT.values())]  # the pin's controls: runner_pin
     if s.empty:
         return pd.DataFrame()
     curves = plateau_curves(root)
@@ -734,6 +735,82 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
         row["vLLM: mean"] = float(g.groupby("workload")["acceptance_rate"].mean().mean())
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["campaign", "artifact", "step"])
+
+
+#: The plateau profiles pin vLLM's V1 model runner and the in-process engine core for every
+#: engine; vLLM 0.26 runs EAGLE and EAGLE-3 on its V2 runner, the core in its own process, by
+#: default (the distilled drafts and Medusa on V1 either way). Each pinned method -> the same
+#: artifact on vLLM's defaults (the profiles' ``runner-default`` experiment), measured in the
+#: lease that measures it pinned: :func:`runner_pin` shows what the pin changes.
+RUNNER_DEFAULT = {"eagle3-data1of8": "eagle3-data1of8-default",
+                  "eagle-data1of8": "eagle-data1of8-default"}
+
+
+def runner_pin(summary: pd.DataFrame) -> pd.DataFrame:
+    """What the plateau profiles' pin changes: each :data:`RUNNER_DEFAULT` pair measured at
+    T = 0 in one plateau profile, one row per workload and one for their mean (``workload``
+    "mean"): the acceptance rate pinned and on vLLM's defaults, their difference in points, the
+    runners and engine cores the rows record, and ``same weights`` (both measured the same
+    ``draft_sha256``; False where a later lease measured one of the two again with other
+    weights: then the difference is not the pin's)."""
+    cols = ["profile", "method", "workload", "pinned", "default", "points", "pinned runner",
+            "pinned core", "default runner", "default core", "same weights"]
+    if summary is None or summary.empty:
+        return pd.DataFrame(columns=cols)
+    s = summary[summary["profile"].isin(PLATEAU_PROFILES) & (summary["temperature"] == 0)
+                & summary["acceptance_rate"].notna()]
+    name = lambda r: protocol.RUNNER_NAMES.get(r, r)  # V1 | V2, as the rows record the class
+    core = {"inproc": "in-process", "default": "own-process"}.get
+    rows = []
+    for (profile, pinned_m), g in s[s["method"].isin(RUNNER_DEFAULT)].groupby(["profile", "method"]):
+        d = s[(s["profile"] == profile) & (s["method"] == RUNNER_DEFAULT[pinned_m])]
+        both = g.merge(d, on="workload", suffixes=("", "_d"))
+        if both.empty:
+            continue
+        same = bool(both["draft_sha256"].notna().all()
+                    and (both["draft_sha256"] == both["draft_sha256_d"]).all())
+        base = {"profile": profile, "method": pinned_m,
+                "pinned runner": name(both["model_runner"].iloc[0]),
+                "pinned core": core(both["engine_core"].iloc[0]),
+                "default runner": name(both["model_runner_d"].iloc[0]),
+                "default core": core(both["engine_core_d"].iloc[0]), "same weights": same}
+        for _, r in both.iterrows():
+            rows.append(base | {"workload": r["workload"], "pinned": r["acceptance_rate"],
+                                "default": r["acceptance_rate_d"],
+                                "points": 100 * (r["acceptance_rate_d"] - r["acceptance_rate"])})
+        rows.append(base | {"workload": "mean", "pinned": both["acceptance_rate"].mean(),
+                            "default": both["acceptance_rate_d"].mean(),
+                            "points": 100 * (both["acceptance_rate_d"].mean()
+                                             - both["acceptance_rate"].mean())})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def runner_pin_sentence(table: pd.DataFrame) -> str:
+    """:func:`runner_pin` in words: per pair, the two means and the largest workload
+    difference, against :data:`REPRODUCTION_TOLERANCE` (what a retraining may move); a pair
+    measured with different weights is said to be no comparison."""
+    if table.empty:
+        return ("not measured yet (the profiles' `runner-default` experiment, " +
+                ", ".join(f"`{m}`" for m in RUNNER_DEFAULT.values()) +
+                ", runs in a lease that trains and measures their pinned twins: "
+                "the reproduction guide's plateau leases)")
+    parts = []
+    for (profile, method), g in table.groupby(["profile", "method"], sort=False):
+        mean = g[g["workload"] == "mean"].iloc[0]
+        if not mean["same weights"]:
+            parts.append(f"{method} (`{profile}`): measured with different weights on the two "
+                         "runners, so no comparison")
+            continue
+        worst = g.loc[g["workload"] != "mean", "points"].abs().max()
+        verdict = ("within" if max(abs(mean["points"]), worst) <= 100 * REPRODUCTION_TOLERANCE
+                   else "outside")
+        parts.append(f"{method} (`{profile}`, the same weights): {mean['pinned']:.1%} pinned "
+                     f"({mean['pinned runner']} runner, {mean['pinned core']} engine core), "
+                     f"{mean['default']:.1%} on vLLM's defaults ({mean['default runner']} runner, "
+                     f"{mean['default core']} engine core), "
+                     f"{mean['points']:+.1f} points (at most {worst:.1f} on one workload), "
+                     f"{verdict} the ±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
+    return "; ".join(parts)
 
 
 def _last_evals(curves: pd.DataFrame) -> pd.DataFrame:

@@ -43,7 +43,7 @@ SUMMARY_COLUMNS = CELL_KEYS + [
     "acceptance_rate", "mean_acceptance_length", "accepted_per_pos_rate",
     "peak_memory_bytes", "kv_cache_bytes", "engine_start_s",
     "model_weight_bytes", "draft_weight_bytes", "kv_cache_tokens", "model_runner",
-    "cudagraph_mode",
+    "cudagraph_mode", "engine_core", "draft_sha256",
 ] + PROVENANCE_SUMMARY + ["timestamp_utc"]
 
 SPEEDUP_COLUMNS = ["baseline_cell_id", "baseline_tok_s", "baseline_tok_s_ci_low",
@@ -169,8 +169,8 @@ def summarize(runs_df: pd.DataFrame, cv_threshold: float = stats.CV_THRESHOLD) -
                         ("draft_weight_bytes", "max"), ("kv_cache_tokens", "max")):
             v = pd.to_numeric(g[col], errors="coerce") if col in g else pd.Series(dtype=float)
             row[col] = float(getattr(v, fn)()) if v.notna().any() else float("nan")
-        row["model_runner"] = _joined(g["model_runner"]) if "model_runner" in g else None
-        row["cudagraph_mode"] = _joined(g["cudagraph_mode"]) if "cudagraph_mode" in g else None
+        for col in ("model_runner", "cudagraph_mode", "engine_core", "draft_sha256"):
+            row[col] = _joined(g[col]) if col in g else None
         for col in PROVENANCE_SUMMARY:
             row[col] = _joined(g[col]) if col in g else None
         row["timestamp_utc"] = g["timestamp_utc"].max() if "timestamp_utc" in g else None
