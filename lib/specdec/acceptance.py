@@ -698,6 +698,12 @@ def plateau_curves(root: Path | None = None) -> pd.DataFrame:
                                        "sequences", "weights"])
 
 
+def _plateau_t0(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary's cells of the plateau profiles at T = 0 with an acceptance rate."""
+    return summary[summary["profile"].isin(PLATEAU_PROFILES) & (summary["temperature"] == 0)
+                   & summary["acceptance_rate"].notna()]
+
+
 def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:
     """The plateau artifacts measured through vLLM (:data:`PLATEAU_PROFILES`, T = 0), each with
     the training step and seconds of its record: one row per artifact, vLLM's acceptance rate
@@ -706,9 +712,8 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
     import json
 
     root = Path(root or PLATEAU_RECORDS)
-    s = summary[summary["profile"].isin(PLATEAU_PROFILES) & (summary["temperature"] == 0)
-                & summary["acceptance_rate"].notna()
-                & ~summary["method"].isin(RUNNER_DEFAULT.values())]  # the pin's controls: runner_pin
+    s = _plateau_t0(summary)
+    s = s[~s["method"].isin(RUNNER_DEFAULT.values())]  # the pin's controls: runner_pin
     if s.empty:
         return pd.DataFrame()
     curves = plateau_curves(root)
@@ -757,9 +762,8 @@ def runner_pin(summary: pd.DataFrame) -> pd.DataFrame:
             "pinned core", "default runner", "default core", "same weights"]
     if summary is None or summary.empty:
         return pd.DataFrame(columns=cols)
-    s = summary[summary["profile"].isin(PLATEAU_PROFILES) & (summary["temperature"] == 0)
-                & summary["acceptance_rate"].notna()]
-    name = lambda r: protocol.RUNNER_NAMES.get(r, r)  # V1 | V2, as the rows record the class
+    s = _plateau_t0(summary)
+    name = protocol.runner_label  # V1 | V2, from the class the rows record
     core = {"inproc": "in-process", "default": "own-process"}.get
     rows = []
     for (profile, pinned_m), g in s[s["method"].isin(RUNNER_DEFAULT)].groupby(["profile", "method"]):
