@@ -713,7 +713,8 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
 
     root = Path(root or PLATEAU_RECORDS)
     s = _plateau_t0(summary)
-    s = s[~s["method"].isin(RUNNER_DEFAULT.values())]  # the pin's controls: runner_pin
+    if "engine_core" in s:  # the pin's controls (runner_pin) stay off every curve
+        s = s[s["engine_core"] != DEFAULT_CORE]
     if s.empty:
         return pd.DataFrame()
     curves = plateau_curves(root)
@@ -744,33 +745,34 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
 
 #: The plateau profiles pin vLLM's V1 model runner and the in-process engine core for every
 #: engine; vLLM 0.26 runs EAGLE and EAGLE-3 on its V2 runner, the core in its own process, by
-#: default (the distilled drafts and Medusa on V1 either way). Each pinned method -> the same
-#: artifact on vLLM's defaults (the profiles' ``runner-default`` experiment), measured in the
-#: lease that measures it pinned: :func:`runner_pin` shows what the pin changes.
-RUNNER_DEFAULT = {"eagle3-data1of8": "eagle3-data1of8-default",
-                  "eagle-data1of8": "eagle-data1of8-default"}
+#: default (the distilled drafts and Medusa on V1 either way). The profiles' ``runner-default``
+#: experiment measures some artifacts on vLLM's defaults: its rows record this engine core, and
+#: :func:`runner_pin` pairs them with the pinned rows of the same draft.
+DEFAULT_CORE = "default"
 
 
 def runner_pin(summary: pd.DataFrame) -> pd.DataFrame:
-    """What the plateau profiles' pin changes: each :data:`RUNNER_DEFAULT` pair measured at
-    T = 0 in one plateau profile, one row per workload and one for their mean (``workload``
-    "mean"): the acceptance rate pinned and on vLLM's defaults, their difference in points, the
+    """What the plateau profiles' pin changes: each draft measured at T = 0 in one plateau
+    profile both pinned (in-process core) and on vLLM's defaults (:data:`DEFAULT_CORE`), at the
+    same K, one row per workload and one for their mean (``workload`` "mean"): the acceptance rate pinned and on vLLM's defaults, their difference in points, the
     runners and engine cores the rows record, and ``same weights`` (both measured the same
     ``draft_sha256``; False where a later lease measured one of the two again with other
     weights: then the difference is not the pin's)."""
     cols = ["profile", "method", "workload", "pinned", "default", "points", "pinned runner",
             "pinned core", "default runner", "default core", "same weights"]
-    if summary is None or summary.empty:
+    if summary is None or summary.empty or "engine_core" not in summary:
         return pd.DataFrame(columns=cols)
     s = _plateau_t0(summary)
     name = protocol.runner_label  # V1 | V2, from the class the rows record
-    core = {"inproc": "in-process", "default": "own-process"}.get
+    core = {"inproc": "in-process", DEFAULT_CORE: "own-process"}.get
     rows = []
-    for (profile, pinned_m), g in s[s["method"].isin(RUNNER_DEFAULT)].groupby(["profile", "method"]):
-        d = s[(s["profile"] == profile) & (s["method"] == RUNNER_DEFAULT[pinned_m])]
-        both = g.merge(d, on="workload", suffixes=("", "_d"))
+    controls = s[s["engine_core"] == DEFAULT_CORE]
+    for (profile, draft), d in controls.groupby(["profile", "draft"]):
+        g = s[(s["profile"] == profile) & (s["draft"] == draft) & (s["engine_core"] != DEFAULT_CORE)]
+        both = g.merge(d, on=["workload", "num_speculative_tokens"], suffixes=("", "_d"))
         if both.empty:
             continue
+        pinned_m = both["method"].iloc[0]
         same = bool(both["draft_sha256"].notna().all()
                     and (both["draft_sha256"] == both["draft_sha256_d"]).all())
         base = {"profile": profile, "method": pinned_m,
@@ -794,10 +796,9 @@ def runner_pin_sentence(table: pd.DataFrame) -> str:
     difference, against :data:`REPRODUCTION_TOLERANCE` (what a retraining may move); a pair
     measured with different weights is said to be no comparison."""
     if table.empty:
-        return ("not measured yet (the profiles' `runner-default` experiment, " +
-                ", ".join(f"`{m}`" for m in RUNNER_DEFAULT.values()) +
-                ", runs in a lease that trains and measures their pinned twins: "
-                "the reproduction guide's plateau leases)")
+        return ("not measured yet (the profiles' `runner-default` experiment runs in a lease "
+                "that trains and measures its pinned twins: the reproduction guide's plateau "
+                "leases)")
     parts = []
     for (profile, method), g in table.groupby(["profile", "method"], sort=False):
         mean = g[g["workload"] == "mean"].iloc[0]
