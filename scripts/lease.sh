@@ -17,7 +17,10 @@
 #                                                 experiments (none: the panel alone). Rows
 #                                                 carry the lease id $SPECDEC_LEASE;
 #                                                 $LEASE_CELLS (globs) keeps only the cells
-#                                                 that match, e.g. 'baseline-v1-*'.
+#                                                 that match, e.g. 'baseline-v1-*';
+#                                                 LEASE_FORCE=1 measures them again even where
+#                                                 stored rows measured the same weights (the
+#                                                 pinned twin of a runner control, in its lease).
 #   scripts/lease.sh bg END STAGE [STAGE...]      one measuring run across several calls: each
 #                                                 STAGE ("SECONDS PROFILE [--panel P] EXP...",
 #                                                 $LEASE_CELLS as "CELLS=globs;" before it) is a
@@ -164,6 +167,7 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   [ "$panel" = start ] && survey start
   first_panel=""; [ "$panel" = start ] && first_panel="--panel start"
   cellargs=""; for c in ${LEASE_CELLS:-}; do cellargs="$cellargs --cell $c"; done
+  [ -n "${LEASE_FORCE:-}" ] && cellargs="$cellargs --force"
   set -f  # the globs of LEASE_CELLS go to specdec as they are
   for exp in "$@"; do
     left=$(( seconds - ($(date +%s) - t0) ))
