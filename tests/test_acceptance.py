@@ -493,7 +493,7 @@ def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
     old.write_text(json.dumps(man))
     r = acceptance.plateau_retraining(latest, earlier(), tmp_path).iloc[0]
     assert not r["a retraining"] and r["within tolerance"] is None
-    assert "stopped by time cap, so this is what training on bought, not a reproduction" in \
+    assert "stopped by time cap, so the difference is what training further bought, not a reproduction" in \
         acceptance.plateau_retraining_sentence(acceptance.plateau_retraining(
             latest, earlier(), tmp_path))
     assert acceptance.plateau_retraining_sentence(acceptance.plateau_retraining(

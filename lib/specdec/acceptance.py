@@ -1156,8 +1156,8 @@ def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
                          f"±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
         elif r["earlier stopped by"] != "plateau":
             parts.append(f"{head}; the earlier run was stopped by "
-                         f"{stop_label(r['earlier stopped by'])}, so this is what "
-                         "training on bought, not a reproduction")
+                         f"{stop_label(r['earlier stopped by'])}, so the difference is "
+                         "what training further bought, not a reproduction")
         else:
             parts.append(f"{head}; not the same training (its data or its recipe changed), so "
                          "not a reproduction")
