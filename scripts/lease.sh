@@ -67,6 +67,10 @@
 set -uo pipefail
 step=${1:?step}; shift
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# One specdec cache (converted models, engine logs) for every tree a lease runs from, each
+# call's copy and the background run's /tmp/tree alike: a target that `train install` put there
+# is found by a `measure` in a later call (lease 37's failed where the cache was per tree).
+export SPECDEC_CACHE=${SPECDEC_CACHE:-/tmp/specdec-cache}
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 # A background run (`bg`, `train bg`): the device machine stays warm between calls (a call
 # within 30 s of the last), and what a call starts in the background keeps running. It runs
@@ -93,8 +97,7 @@ pack_out() {
   (cd /tmp/results && find . \( -name '*.parquet' -o -name '*.peer.json' \) -newer /tmp/lease-start -print0 \
      | tar czf "$1/results.tgz" --null -T -) || return 1
   [ -d /tmp/panels ] && tar czf "$1/panels.tgz" -C /tmp panels
-  # (specdec.paths.CACHE_DIR/logs of the tree that runs: $2, default this call's tree)
-  local ld=${SPECDEC_CACHE:-${2:-$PWD}/.cache}/logs
+  local ld=$SPECDEC_CACHE/logs  # specdec.paths.CACHE_DIR/logs
   [ -d "$ld" ] && tar czf "$1/engine-logs.tgz" -C "$ld" .
   cp /tmp/run.log /tmp/lease.log "$1/" 2>/dev/null
   return 0
@@ -230,7 +233,7 @@ wait)
     # every wait returns what has landed so far, so a lost machine costs only what came
     # after the last wait (lease 13 lost 20 minutes of rows this way).
     cp /tmp/bgout/fit.json /tmp/bgout/records.tgz "$OUT/" 2>/dev/null  # a training before it
-    pack_out "$OUT" /tmp/tree && cp /tmp/bg.log "$OUT/" 2>/dev/null \
+    pack_out "$OUT" && cp /tmp/bg.log "$OUT/" 2>/dev/null \
       && echo "so far: $(tar tzf "$OUT/results.tgz" | grep -c 'runs.parquet$') cell(s) in results.tgz"
     echo "background run still going"
   fi
