@@ -711,7 +711,7 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
         "agreement over the first 64 tokens 45.0% / 55.0%), each stopped by plateau; the whole "
         "data against its 1/2: +7.0 points: more data still buys acceptance, so its whole-data "
         "figure is a lower bound on the method (its 1/4, stopped by the time cap at 250 steps, "
-        "10.0%, measures that budget: not on the curve)")
+        "10.0%, measures that budget, a lower bound on its plateau: not on the curve)")
     left, right = plots_trained.data_size_curves(sizes).axes[:2]
     assert list(right.get_lines()[0].get_xdata()) == [1000, 2000]  # the line: plateaus only
     hollow = [ln for ln in left.get_lines() if ln.get_markerfacecolor() == "none"]
