@@ -939,7 +939,8 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
         for _, r in off.iterrows():
             head += (f" (its 1/{round(1 / r['data fraction'])}, stopped by the "
                      f"{stop_label(r['stopped by'])} at {int(r['step'])} steps, "
-                     f"{r['vLLM: mean']:.1%}, measures that budget, a lower bound on its plateau: not on the curve)")
+                     f"{r['vLLM: mean']:.1%}, measures that budget, a lower bound on its "
+                     "plateau: not on the curve)")
         parts.append(head)
     return "; ".join(parts) + rest
 
