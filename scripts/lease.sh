@@ -49,7 +49,8 @@
 #                                                 THEN_END, DRY_RUN) then `train install` and
 #                                                 `measure` in the same run
 #   scripts/lease.sh train bench [--only A]...    where each artifact's training step goes (after
-#                                                 `train data`; ~20 s each): bench.json to $OUT
+#                                                 `train data`; ~20 s each): bench.json to $OUT;
+#                                                 --profile: its operators too (profile-A.txt)
 #   scripts/lease.sh train pack [--only A]...     the trained artifacts' weights in 15 MB parts,
 #                                                 first 4 parts + index to $OUT
 #   scripts/lease.sh train out N                  parts 4N..4N+3 (+ index) to $OUT

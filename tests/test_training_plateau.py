@@ -468,6 +468,11 @@ def test_the_bench_step_of_a_lease_writes_bench_json(target, seqs, tmp_path, mon
     got = json.loads((tmp_path / "out" / "bench.json").read_text())
     assert [r["settings"] for r in got] == [{}, {"soft_ce": "compiled"}]
     assert [r["soft_ce"] for r in got] == ["eager", "compiled"]  # the kernel each one ran
+    # --profile: the operators of one more pass, by their time, beside bench.json
+    device.main(["bench", "--work", str(work), "--out", str(tmp_path / "out"), "--only", NAME,
+                 "--max-steps", "1", "--profile"])
+    table = (tmp_path / "out" / f"profile-{NAME}.txt").read_text()
+    assert table.startswith(f"{NAME}, 1 steps of 2 sequences") and "aten::" in table
     for bad in ("soft_ce=fused", "lr=1"):  # refused before the target loads
         with pytest.raises(SystemExit, match="--set"):
             device.main(["bench", "--work", str(tmp_path / "none"), "--set", bad])

@@ -307,11 +307,13 @@ def _settings(pairs) -> dict:
     return out
 
 
-def step_bench(work: Path, out: Path, names=None, steps: int = 20, settings=None) -> list[dict]:
+def step_bench(work: Path, out: Path, names=None, steps: int = 20, settings=None,
+               profile: bool = False) -> list[dict]:
     """Where each named artifact's training step goes (:func:`.train.bench`) on the carried
     data, to ``out/bench.json``: seconds to decide what to speed up, a minute of the lease;
     ``settings`` (``--set``, e.g. ``soft_ce=compiled``) change the recipes benched, and are
-    recorded with each result."""
+    recorded with each result; ``profile``: each artifact's operators by device time too
+    (``profile-<name>.txt``, :func:`.train.bench`)."""
     from . import train
 
     seqs, _ = data.load_sequences(work / "data" / "sequences.npz")
@@ -320,7 +322,8 @@ def step_bench(work: Path, out: Path, names=None, steps: int = 20, settings=None
     out.mkdir(parents=True, exist_ok=True)
     old = json.loads((out / "bench.json").read_text()) if (out / "bench.json").exists() else []
     for name in names or list(RECIPES):
-        r = train.bench(name, {**ALL[name], **(settings or {})}, target, seqs, steps=steps)
+        r = train.bench(name, {**ALL[name], **(settings or {})}, target, seqs, steps=steps,
+                        profile=out / f"profile-{name}.txt" if profile else None)
         r["settings"] = settings or {}
         print(f"[bench] {name}: step {r['step_s']:.3f} s; synchronised phases: features "
               f"{r['features']:.3f}, loss {r['loss']:.3f}, backward {r['backward']:.3f}, "
@@ -408,6 +411,8 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="bench, fit: this choice of recipes.OPTIONS in every recipe benched "
                          "or trained (e.g. soft_ce=compiled; repeatable; recorded)")
+    ap.add_argument("--profile", action="store_true",
+                    help="bench: each artifact's operators by device time (profile-<name>.txt)")
     ap.add_argument("--as-recorded", type=Path, default=None,
                     help="fit: repeat the runs recorded in this folder (data/trained) step for step")
     a = ap.parse_args(argv)
@@ -419,7 +424,7 @@ def main(argv=None) -> int:
     elif a.step == "fit":
         step_fit(a.work, a.out, a.seconds, a.only, a.max_steps, a.as_recorded, _settings(a.set))
     elif a.step == "bench":
-        step_bench(a.work, a.out, a.only, a.max_steps or 20, _settings(a.set))
+        step_bench(a.work, a.out, a.only, a.max_steps or 20, _settings(a.set), a.profile)
     elif a.step == "pack":
         step_pack(a.work, a.out, a.only)
     elif a.step == "out":

@@ -628,7 +628,8 @@ def _update(kind: _Kind, opt, params, b: dict, grad_clip: float, mark=None):
     return loss, met, gn
 
 
-def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20) -> dict:
+def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20,
+          profile: Path | None = None) -> dict:
     """Where a training step's time goes, on this machine: ``steps`` batches of ``recipe``,
     each phase timed with the device synchronised around it (the target's features, the kind's
     loss without them, the backward pass, the optimiser step). Medians in seconds, and a whole
@@ -639,7 +640,9 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20) -> dic
     0.233 s a step and trained at 0.035; draft-l2 second at 0.016; lease 27 the same in the
     other order), where the batches' shapes were new to the process: one-off costs per shape
     (kernel selection) are the likely reason, and a fit of thousands of steps pays them once.
-    So the bench times shapes the process has run, as a long fit does."""
+    So the bench times shapes the process has run, as a long fit does. With ``profile`` (a
+    file), one more pass over the batches under ``torch.profiler``: its operators by their
+    device time, a table to that file (what a phase's time is made of)."""
     dev = target.model.device
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     train_seqs, _ = split(seqs, recipe)
@@ -688,6 +691,17 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20) -> dic
         for b in batches:
             step(b, False)
         sync()
+        if profile is not None:
+            acts = [torch.profiler.ProfilerActivity.CPU] + \
+                ([torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+            with torch.profiler.profile(activities=acts) as prof:
+                for b in batches:
+                    step(b, False)
+                sync()
+            key = "device_time_total" if dev.type == "cuda" else "cpu_time_total"
+            profile.write_text(f"{name}, {steps} steps of {recipe['batch_size']} sequences, "
+                               f"soft_ce {kind.kernel}\n"
+                               + prof.key_averages().table(sort_by=key, row_limit=40))
     out = {k: float(np.median(v)) for k, v in phases.items()}
     out["step_s"] = (time.perf_counter() - t0) / steps
     if store is not None:
