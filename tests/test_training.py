@@ -115,6 +115,39 @@ def test_compiled_soft_ce_gives_the_eager_loss_and_gradient():
         train.option({"soft_ce": "fused"}, "soft_ce")
 
 
+def test_decoding_rows_compute_the_loss_and_gradient_of_every_position(target):
+    """The recipe's ``vocab_rows: decoding`` (train._Kind.pair) computes the target's logits,
+    the draft's logits and the loss at the positions the loss counts only: for each kind, on
+    a batch of unequal prompts and lengths (one with no continuation), the same loss, the same
+    agreements and the same gradient as at every position."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    seqs = [(rng.integers(100, 3000, n), p) for n, p in ((30, 6), (17, 9), (24, 3), (9, 9))]
+    dev = torch.device("cpu")
+    tgt = train.Target(str(target), dev)
+    b = train.Batches(seqs, 4, 48, 0, dev).collate([0, 1, 2, 3])
+    assert b["dec"].tolist() == [i * 30 + j for i, (n, p) in enumerate(((30, 6), (17, 9), (24, 3),
+                                 (9, 9))) for j in range(p - 1, n)]
+    for name, recipe in _small().items():
+        got = {}
+        for rows in ("all", "decoding"):
+            kind = train.KINDS[recipe["kind"]]({**recipe, "vocab_rows": rows}, tgt, seqs, dev)
+            if rows == "all":
+                state = {k: v.clone() for k, v in kind.module.state_dict().items()}
+            kind.module.load_state_dict(state)
+            loss, met = kind.loss(b)
+            loss.backward()
+            grads = [q.grad.clone() for q in kind.module.parameters() if q.grad is not None]
+            got[rows] = (loss.detach(), {k: float(v) for k, v in met.items()}, grads)
+        (la, ma, ga), (ld, md, gd) = got["all"], got["decoding"]
+        assert torch.allclose(la, ld, rtol=1e-5), name
+        assert ma == pytest.approx(md, abs=1e-6) and len(ma) >= 1, name
+        assert len(ga) == len(gd) > 0 and all(torch.allclose(x, y, rtol=1e-4, atol=1e-7)
+                                              for x, y in zip(ga, gd)), name
+    with pytest.raises(ValueError, match="vocab_rows"):
+        train.option({"vocab_rows": "some"}, "vocab_rows")
+
+
 @pytest.fixture(scope="module")
 def fake_data(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("seqs")
@@ -319,13 +352,14 @@ def test_retraining_repeats_the_recorded_steps(tmp_path):
     rec = as_recorded(paths.DATA_DIR / "trained")
     assert sorted(rec) == sorted(RECIPES)
     new = ("max_steps", "safety_cap_s", "plateau_delta", "lr_schedule", "eval_first_step",
-           "data_fraction", "batching", "plateau_on", "target_features", "soft_ce")
+           "data_fraction", "batching", "plateau_on", "target_features", "soft_ce", "vocab_rows")
     for name, r in rec.items():
         man = json.loads((paths.DATA_DIR / "trained" / name / "manifest.json").read_text())
         assert r["max_steps"] == man["run"]["steps"] and r["safety_cap_s"] == 0
         assert r["plateau_delta"] is None and r["lr_schedule"] == "cosine"
         # as they ran: length-grouped batches came with lease 25, precomputed features after it
-        assert (r["batching"], r["target_features"], r["soft_ce"]) == ("random", "per-step", "eager")
+        assert (r["batching"], r["target_features"], r["soft_ce"], r["vocab_rows"]) == \
+            ("random", "per-step", "eager", "all")
         assert {k: v for k, v in r.items() if k not in new} == \
             {k: v for k, v in man["recipe"].items() if k not in new + ("time_budget_s",)}
     (tmp_path / "smollm2-eagle").mkdir()

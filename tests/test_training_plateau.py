@@ -268,9 +268,10 @@ def test_a_plateau_run_retrains_step_for_step(plateau_run, target, seqs, tmp_pat
     assert list(recipes) == [NAME]
     r = recipes[NAME]
     assert (r["max_steps"], r["plateau_delta"], r["safety_cap_s"]) == (8, None, 0)
-    assert {k: v for k, v in r.items() if k not in ("max_steps", "plateau_delta", "safety_cap_s")} \
-        == {k: v for k, v in man["recipe"].items()
-            if k not in ("max_steps", "plateau_delta", "safety_cap_s")}
+    assert "vocab_rows" not in man["recipe"] and r["vocab_rows"] == "all"  # as it ran
+    new = ("max_steps", "plateau_delta", "safety_cap_s", "vocab_rows")
+    assert {k: v for k, v in r.items() if k not in new} \
+        == {k: v for k, v in man["recipe"].items() if k not in new}
     again = train.train(NAME, r, target, loaded, digest, tmp_path / "again")
     assert (again["run"]["steps"], again["run"]["stopped_by"]) == (8, "max_steps")
     assert again["tensors"] == man["tensors"]

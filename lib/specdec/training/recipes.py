@@ -134,13 +134,17 @@ OPTIONS = {"batching": ("random", "length-grouped"),
            "target_features": ("per-step", "precomputed"),
            # the soft cross-entropy as written ("eager": every run up to lease 26) or through
            # torch.compile (train._soft_ce_compiled: the same sums, fused)
-           "soft_ce": ("eager", "compiled")}
+           "soft_ce": ("eager", "compiled"),
+           # what is as wide as the vocabulary (the target's logits, its softmax, the draft's
+           # logits, the loss) at every position, or at the positions the loss counts only
+           # (train._Kind.pair: the same pairs, the same sums)
+           "vocab_rows": ("all", "decoding")}
 
 
 #: The recipe keys that change what a run costs, not what it computes (its features read from
 #: a store or the target's forward, the loss fused or not, the wall-clock cap): two runs whose
 #: recipes differ only there are the same training (:func:`same_training`).
-COST_ONLY = ("target_features", "soft_ce", "soft_ce_fallback", "safety_cap_s")
+COST_ONLY = ("target_features", "soft_ce", "soft_ce_fallback", "vocab_rows", "safety_cap_s")
 
 
 def same_training(a: dict, b: dict) -> bool:

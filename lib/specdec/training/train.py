@@ -91,15 +91,17 @@ class Target:
         return out.last_hidden_state, aux
 
     @torch.no_grad()
-    def features(self, b: dict, aux_layers=()):
+    def features(self, b: dict, aux_layers=(), at=None):
         """``h``, ``aux`` and the next-token ``logits`` (float32, TF32 matmuls on CUDA) of batch
-        ``b``: from the store where ``b`` has its ``rows``, else from a forward."""
+        ``b``: from the store where ``b`` has its ``rows``, else from a forward. The logits at
+        every position (B, L, V), or with ``at`` (flat indices, ``b["dec"]``) at those (N, V)."""
         if "rows" in b:
             h, aux = self.store.read(b["rows"], aux_layers)
         else:
             h, aux = self.hidden(b["ids"], b["mask"], aux_layers)
+        x = h if at is None else h.reshape(-1, h.shape[-1]).index_select(0, at)
         with torch.autocast(h.device.type, enabled=False):
-            logits = h.float() @ self.lm_head.T
+            logits = x.float() @ self.lm_head.T
         return {"h": h, "logits": logits, "aux": aux}
 
 
@@ -181,7 +183,7 @@ class Batches:
             ids[j, : len(s)] = torch.as_tensor(s.astype(np.int64))
             mask[j, : len(s)] = 1
             plen[j], nlen[j] = min(p, len(s)), len(s)
-        out = {"ids": ids, "mask": mask, "plen": plen, "nlen": nlen}
+        out = {"ids": ids, "mask": mask, "plen": plen, "nlen": nlen, **_decoding(plen, nlen, L)}
         if self.store is not None:
             out["rows"] = self.store.rows(np.asarray(idx), L)
         # pinned and asynchronous on a GPU: a copy from pageable memory waits for the GPU
@@ -214,6 +216,20 @@ def _mask(b, s):
     L = b["ids"].shape[1]
     i = torch.arange(L, device=b["ids"].device)[None]
     return (i >= (b["plen"][:, None] - 1)) & (i + 1 + s <= b["nlen"][:, None] - 1)
+
+
+def _decoding(plen, nlen, L: int) -> dict:
+    """The positions a loss counts (:func:`_mask` at shift -1: from the last prompt token to
+    the last token) of sequences padded to ``L``, flat and in order (``dec``, indices into
+    (B * L)), and each one's sequence (``dseq``): made on the host with the batch, so reading
+    them never waits for the GPU. The recipe's ``vocab_rows: decoding`` computes what is as
+    wide as the vocabulary there only (:meth:`_Kind.pair`)."""
+    start = (plen - 1).clamp(min=0)
+    n = nlen - start
+    seq = torch.repeat_interleave(torch.arange(len(n)), n)
+    first = torch.repeat_interleave(torch.cumsum(n, 0) - n, n)
+    pos = start[seq] + torch.arange(int(n.sum())) - first
+    return {"dec": seq * L + pos, "dseq": seq}
 
 
 def _soft_ce_eager(logits, p, m):
@@ -309,6 +325,30 @@ class _Kind:
         if self.kernel == "compiled":
             self.fallback = _compile_failure(dev)
             self.kernel = "eager" if self.fallback else "compiled"
+        self.rows = option(recipe, "vocab_rows")
+
+    def at(self, b):
+        """Where the target's logits are computed: every position (None), or with the recipe's
+        ``vocab_rows: decoding`` the positions the loss counts (``b["dec"]``)."""
+        return b["dec"] if self.rows == "decoding" else None
+
+    def pair(self, b, o, head, p, top, shift: int):
+        """Draft position ``shift`` (0: a draft LM's next token; 1 + s: a head's step s):
+        ``head``'s logits of hidden states ``o`` (B, L, H) at each position the loss counts,
+        with the target's distribution ``p`` and token ``top`` ``shift`` positions later, and
+        the mask of the pairs that exist: (logits, p, top, mask), for :func:`_soft_ce` at
+        shift 0. ``p`` and ``top`` as :meth:`at` computed them; ``o`` is cut before ``head``,
+        so neither the logits nor their gradient are as wide as the vocabulary past the cut
+        (a slice of the logits cost EAGLE 13 % of its step in its backward: lease 40's
+        profile). Every position: shifted views, the positions past the end outside
+        :func:`_mask`; the decoding positions: row r pairs with row r + ``shift`` of the same
+        sequence (the same pairs)."""
+        if self.rows != "decoding":
+            n = o.shape[1] - shift
+            return head(o[:, :n]), p[:, shift:], top[:, shift:], _mask(b, shift - 1)[:, :n].float()
+        n = b["dec"].shape[0] - shift
+        x = o.reshape(-1, o.shape[-1]).index_select(0, b["dec"][:n])
+        return head(x), p[shift:], top[shift:], (b["dseq"][shift:] == b["dseq"][:n]).float()
 
 
 class Eagle3(_Kind):
@@ -321,7 +361,7 @@ class Eagle3(_Kind):
             self.module.lm_head.weight.copy_(target.lm_head[self.vocab_ids])
 
     def loss(self, b):
-        f = self.t.features(b, self.r["aux_layers"])
+        f = self.t.features(b, self.r["aux_layers"], self.at(b))
         emb = self.t.embed
         S = self.r["ttt_steps"]
         embeds = [F.embedding(_shift(b["ids"], 1 + s), emb) for s in range(S)]
@@ -330,11 +370,9 @@ class Eagle3(_Kind):
         total, met = 0.0, {}
         p, top = _probs(f["logits"][..., self.vocab_ids]), f["logits"].argmax(-1)
         for s, o in enumerate(outs):
-            m = _mask(b, s).float()
-            lg = self.module.logits(o)
-            total = total + _soft_ce(lg, p, m, 1 + s, self.kernel) / S
-            pred = self.vocab_ids[lg.argmax(-1)]
-            met[f"acc{s + 1}"] = _agree(pred, _shift(top, 1 + s), m.bool())
+            lg, ps, ts, m = self.pair(b, o, self.module.logits, p, top, 1 + s)
+            total = total + _soft_ce(lg, ps, m, 0, self.kernel) / S
+            met[f"acc{s + 1}"] = _agree(self.vocab_ids[lg.argmax(-1)], ts, m.bool())
         return total, met
 
 
@@ -344,7 +382,7 @@ class Eagle(_Kind):
         self.module = H.EagleHead(target.cfg).to(dev)
 
     def loss(self, b):
-        f = self.t.features(b)
+        f = self.t.features(b, (), self.at(b))
         S = self.r["ttt_steps"]
         embeds = [F.embedding(_shift(b["ids"], 1 + s), self.t.embed) for s in range(S)]
         pos = torch.arange(b["ids"].shape[1], device=self.dev)[None].expand_as(b["ids"])
@@ -356,10 +394,10 @@ class Eagle(_Kind):
             h_next = _shift(f["h"], 1 + s)
             reg = (F.smooth_l1_loss(o.float(), h_next.float(), reduction="none").mean(-1) * m).sum() \
                 / m.sum().clamp(min=1)
-            lg = o @ self.t.lm_head.T
-            cls = _soft_ce(lg, p, m, 1 + s, self.kernel)
+            lg, ps, ts, mc = self.pair(b, o, lambda x: x @ self.t.lm_head.T, p, top, 1 + s)
+            cls = _soft_ce(lg, ps, mc, 0, self.kernel)
             total = total + (self.r["reg_weight"] * reg + self.r["cls_weight"] * cls) / S
-            met[f"acc{s + 1}"] = _agree(lg.argmax(-1), _shift(top, 1 + s), m.bool())
+            met[f"acc{s + 1}"] = _agree(lg.argmax(-1), ts, mc.bool())
         return total, met
 
 
@@ -376,15 +414,14 @@ class Medusa(_Kind):
         self.head_w = self.t.lm_head[self.vocab_ids]
 
     def loss(self, b):
-        f = self.t.features(b)
+        f = self.t.features(b, (), self.at(b))
         outs = self.module(f["h"])
         p, top = _probs(f["logits"][..., self.vocab_ids]), f["logits"].argmax(-1)
         total, met = 0.0, {}
         for k, o in enumerate(outs):
-            m = _mask(b, k).float()
-            lg = o @ self.head_w.T
-            total = total + _soft_ce(lg, p, m, 1 + k, self.kernel) / len(outs)
-            met[f"acc{k + 1}"] = _agree(self.vocab_ids[lg.argmax(-1)], _shift(top, 1 + k), m.bool())
+            lg, ps, ts, m = self.pair(b, o, lambda x: x @ self.head_w.T, p, top, 1 + k)
+            total = total + _soft_ce(lg, ps, m, 0, self.kernel) / len(outs)
+            met[f"acc{k + 1}"] = _agree(self.vocab_ids[lg.argmax(-1)], ts, m.bool())
         return total, met
 
 
@@ -410,11 +447,13 @@ class Draft(_Kind):
         self.module, self.config = model, cfg
 
     def loss(self, b):
-        f = self.t.features(b)
-        lg = self.module(input_ids=b["ids"], attention_mask=b["mask"]).logits
-        m = _mask(b, -1).float()  # every position t >= plen-1 with a next token... and t<=n-1
-        loss = _soft_ce(lg, _probs(f["logits"]), m, kernel=self.kernel)
-        return loss, {"acc1": _agree(lg.argmax(-1), f["logits"].argmax(-1), m.bool())}
+        f = self.t.features(b, (), self.at(b))
+        o = self.module.model(input_ids=b["ids"], attention_mask=b["mask"]).last_hidden_state
+        # every position from the last prompt token to the last token (_mask at shift -1)
+        lg, p, top, m = self.pair(b, o, self.module.lm_head, _probs(f["logits"]),
+                                  f["logits"].argmax(-1), 0)
+        loss = _soft_ce(lg, p, m, kernel=self.kernel)
+        return loss, {"acc1": _agree(lg.argmax(-1), top, m.bool())}
 
 
 KINDS = {"eagle3": Eagle3, "eagle": Eagle, "medusa": Medusa, "draft": Draft}
@@ -691,6 +730,7 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20,
         for b in batches:
             step(b, False)
         sync()
+        step_s = (time.perf_counter() - t0) / steps
         if profile is not None:
             acts = [torch.profiler.ProfilerActivity.CPU] + \
                 ([torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else [])
@@ -703,11 +743,12 @@ def bench(name: str, recipe: dict, target: Target, seqs, steps: int = 20,
                                f"soft_ce {kind.kernel}\n"
                                + prof.key_averages().table(sort_by=key, row_limit=40))
     out = {k: float(np.median(v)) for k, v in phases.items()}
-    out["step_s"] = (time.perf_counter() - t0) / steps
+    out["step_s"] = step_s
     if store is not None:
         out["features_s_per_1000"] = store.seconds * 1000 / len(sample)
     out.update(name=name, steps=steps, batch_size=recipe["batch_size"], max_len=recipe["max_len"],
                soft_ce=kind.kernel,  # as it ran (a failed compile benches eager)
+               vocab_rows=kind.rows,
                device=torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu")
     return out
 
