@@ -339,7 +339,7 @@ class _Kind:
         the mask of the pairs that exist: (logits, p, top, mask), for :func:`_soft_ce` at
         shift 0. ``p`` and ``top`` as :meth:`at` computed them; ``o`` is cut before ``head``,
         so neither the logits nor their gradient are as wide as the vocabulary past the cut
-        (a slice of the logits cost EAGLE 13 % of its step in its backward: lease 40's
+        (a slice of the logits cost EAGLE 13 % of its step in its backward: lease 41's
         profile). Every position: shifted views, the positions past the end outside
         :func:`_mask`; the decoding positions: row r pairs with row r + ``shift`` of the same
         sequence (the same pairs)."""
