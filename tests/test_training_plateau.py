@@ -494,12 +494,13 @@ def test_the_fit_step_of_a_lease_trains_with_a_setting_and_records_it(target, se
     monkeypatch.setitem(device.ALL, NAME, _recipe(plateau_delta=None))
     out = tmp_path / "out"
     device.main(["fit", "--work", str(work), "--out", str(out), "--only", NAME, "--seconds", "0",
-                 "--max-steps", "2", "--set", "soft_ce=compiled"])
+                 "--max-steps", "2", "--set", "soft_ce=compiled", "--set", "vocab_rows=decoding"])
     fit = json.loads((out / "fit.json").read_text())[NAME]
-    assert fit["recipe"]["soft_ce"] == "compiled" and fit["run"]["steps"] == 2
+    assert (fit["recipe"]["soft_ce"], fit["recipe"]["vocab_rows"]) == ("compiled", "decoding")
+    assert fit["run"]["steps"] == 2
     with tarfile.open(out / "records.tgz") as tar:
         rec = json.load(tar.extractfile(f"{NAME}/manifest.json"))
-    assert rec["recipe"]["soft_ce"] == "compiled"
+    assert (rec["recipe"]["soft_ce"], rec["recipe"]["vocab_rows"]) == ("compiled", "decoding")
     with pytest.raises(SystemExit, match="--as-recorded"):
         device.main(["fit", "--work", str(work), "--out", str(out), "--as-recorded",
                      str(tmp_path), "--set", "soft_ce=compiled"])
