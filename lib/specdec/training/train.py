@@ -371,7 +371,7 @@ class Eagle3(_Kind):
         p, top = _probs(f["logits"][..., self.vocab_ids]), f["logits"].argmax(-1)
         for s, o in enumerate(outs):
             lg, ps, ts, m = self.pair(b, o, self.module.logits, p, top, 1 + s)
-            total = total + _soft_ce(lg, ps, m, 0, self.kernel) / S
+            total = total + _soft_ce(lg, ps, m, kernel=self.kernel) / S
             met[f"acc{s + 1}"] = _agree(self.vocab_ids[lg.argmax(-1)], ts, m.bool())
         return total, met
 
@@ -395,7 +395,7 @@ class Eagle(_Kind):
             reg = (F.smooth_l1_loss(o.float(), h_next.float(), reduction="none").mean(-1) * m).sum() \
                 / m.sum().clamp(min=1)
             lg, ps, ts, mc = self.pair(b, o, lambda x: x @ self.t.lm_head.T, p, top, 1 + s)
-            cls = _soft_ce(lg, ps, mc, 0, self.kernel)
+            cls = _soft_ce(lg, ps, mc, kernel=self.kernel)
             total = total + (self.r["reg_weight"] * reg + self.r["cls_weight"] * cls) / S
             met[f"acc{s + 1}"] = _agree(lg.argmax(-1), ts, mc.bool())
         return total, met
@@ -420,7 +420,7 @@ class Medusa(_Kind):
         total, met = 0.0, {}
         for k, o in enumerate(outs):
             lg, ps, ts, m = self.pair(b, o, lambda x: x @ self.head_w.T, p, top, 1 + k)
-            total = total + _soft_ce(lg, ps, m, 0, self.kernel) / len(outs)
+            total = total + _soft_ce(lg, ps, m, kernel=self.kernel) / len(outs)
             met[f"acc{k + 1}"] = _agree(self.vocab_ids[lg.argmax(-1)], ts, m.bool())
         return total, met
 
