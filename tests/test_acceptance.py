@@ -717,6 +717,23 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
     hollow = [ln for ln in left.get_lines() if ln.get_markerfacecolor() == "none"]
     assert [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in hollow] == [([500], [0.1])]
     assert [t.get_text() for t in left.texts] == ["≥ (time cap, 250 steps)"]  # a lower bound
+    assert not sizes["past its peak"].any()
+    # a capped part whose final evaluation fell below an earlier one (lease 44's two-layer 1/2:
+    # 52.9 % at 32000 steps, 51.8 % at the cap): no lower bound, its best evaluation named
+    quarter["run"]["evals"].append({**quarter["run"]["evals"][-1], "step": 400, "first_tokens": {
+        "acc1": 0.2, "acc2": 0.2, "acc3": 0.2}})
+    quarter["run"]["steps"] = 400
+    (tmp_path / "smollm2-eagle3-data1of4" / "manifest.json").write_text(json.dumps(quarter))
+    sizes = acceptance.plateau_data_sizes(acceptance.plateau_measured(summary, tmp_path),
+                                          acceptance.plateau_curves(tmp_path))
+    assert sizes["past its peak"].tolist() == [True, False, False]
+    assert (sizes.loc[0, "peak step"], sizes.loc[0, "peak first-64"]) == (250, pytest.approx(0.35))
+    assert acceptance.data_size_sentence(sizes).endswith(
+        "(its 1/4, stopped by the time cap at 400 steps, 10.0%, measures that budget, not on "
+        "the curve; its first-64-token agreement was highest at 250 steps, 35.0%, against 20.0% "
+        "where it stopped: more steps had stopped buying agreement)")
+    left = plots_trained.data_size_curves(sizes).axes[0]
+    assert [t.get_text() for t in left.texts] == ["(time cap, 400 steps; best at 250)"]
 
 
 def _sizes(rows):

@@ -829,12 +829,22 @@ def plateau_data_sizes(measured: pd.DataFrame, curves: pd.DataFrame) -> pd.DataF
     sequences, steps, why it stopped, training seconds, the held-out agreement over the first
     64 tokens and vLLM's acceptance at K = 4, T = 0 (mean over the workloads, and each) where
     it was measured. ``on the curve``: the whole data, and each part its plateau rule stopped;
-    a part a time or step cap stopped measures that budget, not its data size."""
+    a part a time or step cap stopped measures that budget, not its data size. ``peak step``
+    and ``peak first-64``: the evaluation where that agreement was highest; ``past its peak``:
+    an earlier evaluation was higher than the final one (more steps had stopped buying
+    agreement: a capped run so is no lower bound on its plateau)."""
     cols = ["run", "method", "artifact", "data fraction", "sequences", "step", "stopped by",
-            "training (s)", "first-64 agreement", "on the curve"]
+            "training (s)", "first-64 agreement", "peak step", "peak first-64", "past its peak",
+            "on the curve"]
     if curves.empty:
         return pd.DataFrame(columns=cols)
     finals = _last_evals(curves).reset_index()
+    peak = (curves.dropna(subset=["first-64 agreement"]).sort_values("step")
+            .sort_values("first-64 agreement", ascending=False, kind="stable")
+            .groupby("artifact").head(1).set_index("artifact"))
+    finals["peak step"] = finals["artifact"].map(peak["step"])
+    finals["peak first-64"] = finals["artifact"].map(peak["first-64 agreement"])
+    finals["past its peak"] = finals["peak first-64"] > finals["first-64 agreement"]
     finals["run"] = finals["artifact"].map(whole_data)
     sized = set(finals.loc[finals["data fraction"] < 1, "run"])
     finals["on the curve"] = (finals["data fraction"] == 1) | (finals["stopped by"] == "plateau")
@@ -896,6 +906,13 @@ def data_reading(gain: pd.DataFrame) -> str:
     return "; ".join(f"{_run_label(r['run'])}'s {said[r['curve']]}" for _, r in gain.iterrows())
 
 
+def past_peak(row) -> bool:
+    """Whether a :func:`plateau_data_sizes` row's run had an evaluation better than its final
+    one (False where not recorded)."""
+    v = row.get("past its peak")
+    return bool(pd.notna(v) and v)
+
+
 def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
     """:func:`plateau_data_sizes` in a sentence: per run, vLLM's acceptance (and the held-out
     first-64-token agreement) at each data size on the curve, why each run stopped, what the
@@ -937,10 +954,14 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
                          f"stopped at {int(r['step'])} steps still gaining with {r['vLLM: mean']:.1%}"
                          f" (a lower bound on its plateau): the curve flattens before the whole data")
         for _, r in off.iterrows():
+            bound = (f", not on the curve; its first-64-token agreement was highest at "
+                     f"{int(r['peak step'])} steps, {r['peak first-64']:.1%}, against "
+                     f"{r['first-64 agreement']:.1%} where it stopped: more steps had stopped "
+                     "buying agreement)" if past_peak(r)
+                     else ", a lower bound on its plateau: not on the curve)")
             head += (f" (its 1/{round(1 / r['data fraction'])}, stopped by the "
                      f"{stop_label(r['stopped by'])} at {int(r['step'])} steps, "
-                     f"{r['vLLM: mean']:.1%}, measures that budget, a lower bound on its "
-                     "plateau: not on the curve)")
+                     f"{r['vLLM: mean']:.1%}, measures that budget{bound}")
         parts.append(head)
     return "; ".join(parts) + rest
 

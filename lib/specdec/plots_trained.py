@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .acceptance import stop_label
+from .acceptance import past_peak, stop_label
 from .plots import _figure, _no_data, caption, figure, method_palette
 
 
@@ -201,7 +201,8 @@ def data_size_curves(sizes: pd.DataFrame,
     against the training sequences, one line per run trained on parts of its data
     (:func:`specdec.acceptance.plateau_data_sizes`). Right: the held-out agreement over the
     first 64 tokens of the same artifacts, what the plateau rule watched. A part that a time or
-    step cap stopped is drawn hollow, off the line: still gaining, a lower bound on its plateau."""
+    step cap stopped is drawn hollow, off the line: "≥", a lower bound on its plateau, where it
+    stopped still gaining; with the step of its best evaluation where it had stopped gaining."""
     fig, (left, right) = figure(title, size=(11, 4.2), ncols=2)
     for ax in (left, right):
         ax.set_xlabel("training sequences (log scale)")
@@ -224,8 +225,12 @@ def data_size_curves(sizes: pd.DataFrame,
                           yerr=[m["vLLM: mean"] - lo, hi - m["vLLM: mean"]], marker="D",
                           color=colour, capsize=3, label=run)
         right.plot(on["sequences"], on["first-64 agreement"], marker="o", color=colour, label=run)
-        for _, r in off.iterrows():  # stopped still gaining: a lower bound, not a curve point
-            note = f"≥ ({stop_label(r['stopped by'])}, {int(r['step'])} steps)"
+        for _, r in off.iterrows():  # a cap stopped it: not a curve point
+            note = f"({stop_label(r['stopped by'])}, {int(r['step'])} steps)"
+            if past_peak(r):  # no lower bound: it had stopped gaining
+                note = note[:-1] + f"; best at {int(r['peak step'])})"
+            else:  # stopped still gaining: a lower bound on its plateau
+                note = "≥ " + note
             for ax, y in ((left, r.get("vLLM: mean")), (right, r["first-64 agreement"])):
                 if pd.notna(y):
                     ax.plot([r["sequences"]], [y], marker="D" if ax is left else "o", ls="none",
