@@ -828,3 +828,32 @@ def test_runner_pin_pairs_the_same_weights_on_both_runners(tmp_path):
     m = acceptance.plateau_measured(summary, tmp_path)
     assert m["method"].tolist() == ["eagle3-data1of8"]
     assert m.loc[0, "vLLM: mean"] == pytest.approx(0.25)
+
+
+def test_rule_noise_sets_two_trainings_of_one_recipe_side_by_side(tmp_path):
+    """What the plateau rule watches, in two trainings of one recipe on the same data: the
+    first-64-token agreement of each at every step both reached, the difference in points, the
+    rule's threshold beside it; a pair on other data is no pair."""
+    _plateau_records(tmp_path, stopped_by="plateau", recipe={"plateau_delta": 0.01})
+    man = json.loads((tmp_path / "smollm2-eagle3" / "manifest.json").read_text())
+    assert acceptance.rule_noise_sentence(acceptance.rule_noise(tmp_path)).startswith("no recipe")
+    old = json.loads(json.dumps(man))
+    for ev in old["run"]["evals"]:
+        if ev["step"] == 1000:  # first-64 agreement 0.55 in the later training, 0.58 here
+            ev["first_tokens"] = {k: v + 0.03 for k, v in ev["first_tokens"].items()}
+    d = tmp_path / "_superseded" / "lease-a" / "plateau" / "smollm2-eagle3"
+    d.mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps(old))
+    other = tmp_path / "_superseded" / "lease-b" / "plateau" / "smollm2-eagle3"
+    other.mkdir(parents=True)
+    (other / "manifest.json").write_text(json.dumps({**old, "data_sha256": "other data"}))
+    noise = acceptance.rule_noise(tmp_path, from_step=250)
+    assert noise["earlier lease"].unique().tolist() == ["lease-a"]
+    assert noise["step"].tolist() == [250, 500, 1000]
+    assert noise["difference"].tolist() == pytest.approx([0.0, 0.0, -3.0])
+    assert noise["threshold"].tolist() == [1.0, 1.0, 1.0]
+    assert acceptance.rule_noise_sentence(noise) == (
+        "1 pair of trainings of one recipe on the same data, evaluated at 3 steps both reached "
+        "from 250 on: the first-64-token agreement the rule watches differed by 0.0 points in "
+        "the median and by at most 3.0 at the same step, against the rule's threshold of 1 "
+        "point over a doubling")

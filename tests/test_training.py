@@ -81,15 +81,17 @@ def _shifted_case():
 
 def test_target_distribution_once_gives_the_loss_of_one_softmax_per_step():
     """The target's distribution is computed once per batch and read shifted per head or step
-    (train._probs, train._soft_ce's shift): the loss must equal softmax of the shifted logits
-    at every shift, the positions past the end outside the mask either way."""
+    (train._probs, train._Kind.pair at every position): the loss must equal softmax of the
+    shifted logits at every shift, the positions past the end outside the mask either way."""
     lg, tl, b = _shifted_case()
     p = train._probs(tl)
+    kind = object.__new__(train._Kind)
+    kind.rows = "all"
     for s in range(4):
         m = train._mask(b, s).float()
         ref = -(torch.softmax(train._shift(tl, 1 + s), -1) * torch.log_softmax(lg, -1)).sum(-1)
-        assert torch.allclose(train._soft_ce(lg, p, m, 1 + s), (ref * m).sum() / m.sum(),
-                              rtol=1e-6)
+        x, ps, _, mp = kind.pair(b, lg, lambda h: h, p, tl.argmax(-1), 1 + s)
+        assert torch.allclose(train._soft_ce(x, ps, mp), (ref * m).sum() / m.sum(), rtol=1e-6)
 
 
 def test_compiled_soft_ce_gives_the_eager_loss_and_gradient():
@@ -105,7 +107,8 @@ def test_compiled_soft_ce_gives_the_eager_loss_and_gradient():
             got = {}
             for kernel in ("eager", "compiled"):
                 x = lg[:, :L].to(torch.bfloat16).requires_grad_()
-                loss = train._soft_ce(x, p[:, :L], m, 1 + s, kernel)
+                n = L - 1 - s  # position i against the target's i + 1 + s, as _Kind.pair pairs them
+                loss = train._soft_ce(x[:, :n], p[:, 1 + s:L], m[:, :n], kernel)
                 loss.backward()
                 got[kernel] = (loss.detach(), x.grad.float())
             assert torch.allclose(got["compiled"][0], got["eager"][0], rtol=1e-5)

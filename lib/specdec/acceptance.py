@@ -1131,6 +1131,59 @@ def plateau_equal_steps(measured: pd.DataFrame, earlier: pd.DataFrame,
     return pd.DataFrame(rows, columns=cols)
 
 
+def rule_noise(root: Path | None = None, from_step: int = 1000) -> pd.DataFrame:
+    """What the plateau rule watches, in two trainings of one recipe on the same data
+    (:func:`_one_training`): each superseded training's first-64-token agreement beside the
+    latest's at every step both evaluated from ``from_step`` on, their difference in points,
+    and the rule's threshold in the latest recipe (``plateau_delta``, in points): how far apart
+    two runs of one recipe read at the same step, beside the difference the rule acts on."""
+    import json
+
+    root = Path(root or PLATEAU_RECORDS)
+    later = plateau_curves(root).dropna(subset=["first-64 agreement"])
+    rows = []
+    for lease in sorted(p for p in (root / SUPERSEDED).glob("*") if p.is_dir()):
+        early = plateau_curves(lease / "plateau").dropna(subset=["first-64 agreement"])
+        for art, g in early.groupby("artifact"):
+            h = later[later["artifact"] == art]
+            old, new = (lease / "plateau" / art / "manifest.json", root / art / "manifest.json")
+            if h.empty or not new.is_file():
+                continue
+            man = json.loads(new.read_text())
+            if not _one_training(json.loads(old.read_text()), man):
+                continue
+            delta = man.get("recipe", {}).get("plateau_delta")
+            both = g.merge(h, on="step", suffixes=(" earlier", " later"))
+            for _, r in both[both["step"] >= from_step].iterrows():
+                rows.append({"run": art, "earlier lease": lease.name, "step": int(r["step"]),
+                             "earlier": r["first-64 agreement earlier"],
+                             "later": r["first-64 agreement later"],
+                             "difference": 100 * (r["first-64 agreement later"]
+                                                  - r["first-64 agreement earlier"]),
+                             "threshold": 100 * delta if delta else np.nan})
+    return pd.DataFrame(rows, columns=["run", "earlier lease", "step", "earlier", "later",
+                                       "difference", "threshold"])
+
+
+def rule_noise_sentence(noise: pd.DataFrame) -> str:
+    """:func:`rule_noise` in a sentence: how far apart the pairs read at the same step, beside
+    the rule's threshold."""
+    if noise.empty:
+        return "no recipe has been trained twice on the same data yet"
+    d = noise["difference"].abs()
+    pairs = noise.groupby(["run", "earlier lease"])["difference"]
+    same = int(pairs.apply(lambda x: (x == 0).all()).sum())
+    limits = " or ".join(f"{t:g}" for t in sorted(noise["threshold"].dropna().unique()))
+    return (f"{len(pairs)} pair{'' if len(pairs) == 1 else 's'} of trainings of one recipe "
+            f"on the same data, evaluated at "
+            f"{len(noise)} steps both reached from {int(noise['step'].min())} on: the "
+            f"first-64-token agreement the rule watches differed by {d.median():.1f} points in "
+            f"the median and by at most {d.max():.1f} at the same step"
+            + (f" ({same} pairs identical at every step)" if same else "")
+            + (f", against the rule's threshold of {limits} point{'' if limits == '1' else 's'}"
+               " over a doubling" if limits else ""))
+
+
 def _run_label(run: str) -> str:
     """A plateau run as the sentences name it: its recipe without the target's prefix
     (``smollm2-draft-l2`` -> ``draft-l2``; the two drafts share one vLLM method)."""

@@ -260,9 +260,9 @@ def _compile_failure(dev) -> str | None:
             lg = (lg @ torch.eye(16, device=dev)).requires_grad_()
             p = _probs(torch.randn(2, 9, 16, device=dev, generator=g))
             m = torch.ones(2, 9, device=dev)
-            got = _soft_ce(lg, p, m, 1, "compiled")
+            got = _soft_ce(lg, p, m, "compiled")
             got.backward()
-            want = _soft_ce(lg.detach(), p, m, 1, "eager")
+            want = _soft_ce(lg.detach(), p, m, "eager")
         if not torch.allclose(got.float(), want.float(), rtol=1e-3):
             raise ArithmeticError(f"compiled {float(got)} against eager {float(want)}")
     except Exception as e:  # noqa: BLE001 - any failure to compile: the eager kernel
@@ -273,20 +273,16 @@ def _compile_failure(dev) -> str | None:
     return None
 
 
-def _soft_ce(logits, p, m, shift: int = 0, kernel: str = "eager"):
+def _soft_ce(logits, p, m, kernel: str = "eager"):
     """Soft cross-entropy of ``logits`` to the target's distribution ``p`` (probabilities,
-    :func:`_probs`), averaged over the positions ``m``; with ``shift``, position i is scored
-    against ``p[:, i + shift]`` (views: the positions past the end lie outside every mask, so
-    nothing is copied); ``kernel``: the recipe's ``soft_ce``, eager or compiled."""
-    if shift:
-        n = logits.shape[1] - shift
-        logits, p, m = logits[:, :n], p[:, shift:], m[:, :n]
+    :func:`_probs`) at the same positions, averaged over the positions ``m`` (the pairs
+    :meth:`_Kind.pair` makes); ``kernel``: the recipe's ``soft_ce``, eager or compiled."""
     return (_soft_ce_compiled() if kernel == "compiled" else _soft_ce_eager)(logits, p, m)
 
 
 def _probs(target_logits):
     """The target's next-token distribution, computed once per batch: a head's step s reads it
-    shifted (:func:`_soft_ce`'s ``shift``; the positions past the end lie outside every mask),
+    shifted (:meth:`_Kind.pair`; the positions past the end lie outside every mask),
     as ``softmax(_shift(logits, 1 + s))`` would give it, one softmax over the vocabulary
     instead of one per head or step."""
     return F.softmax(target_logits.float(), -1)
@@ -336,8 +332,8 @@ class _Kind:
         """Draft position ``shift`` (0: a draft LM's next token; 1 + s: a head's step s):
         ``head``'s logits of hidden states ``o`` (B, L, H) at each position the loss counts,
         with the target's distribution ``p`` and token ``top`` ``shift`` positions later, and
-        the mask of the pairs that exist: (logits, p, top, mask), for :func:`_soft_ce` at
-        shift 0. ``p`` and ``top`` as :meth:`at` computed them; ``o`` is cut before ``head``,
+        the mask of the pairs that exist: (logits, p, top, mask), for :func:`_soft_ce`.
+        ``p`` and ``top`` as :meth:`at` computed them; ``o`` is cut before ``head``,
         so neither the logits nor their gradient are as wide as the vocabulary past the cut
         (a slice of the logits cost EAGLE 13 % of its step in its backward: lease 41's
         profile). Every position: shifted views, the positions past the end outside
