@@ -761,6 +761,9 @@ def test_a_capped_part_bounds_what_the_rest_of_the_data_bought():
                          "the whole data")
     assert "not on the curve" not in said  # the bounding part is named once
     assert acceptance.data_reading(acceptance.data_gain(flattens)) == "eagle3's rises, then flattens"
+    # a capped part past its best evaluation was not stopped still gaining: no bound
+    g = acceptance.data_gain(flattens.assign(**{"past its peak": [False, True, False]})).iloc[0]
+    assert (g["from"], g["at most"]) == (0.25, False)
     # the capped part far below the whole: no bound, the largest part on the curve answers
     rising = _sizes([(0.25, "plateau", 0.20), (0.5, "time_cap", 0.18), (1, "plateau", 0.295)])
     g = acceptance.data_gain(rising).iloc[0]

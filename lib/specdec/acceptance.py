@@ -832,16 +832,15 @@ def plateau_data_sizes(measured: pd.DataFrame, curves: pd.DataFrame) -> pd.DataF
     a part a time or step cap stopped measures that budget, not its data size. ``peak step``
     and ``peak first-64``: the evaluation where that agreement was highest; ``past its peak``:
     an earlier evaluation was higher than the final one (more steps had stopped buying
-    agreement: a capped run so is no lower bound on its plateau)."""
+    agreement: a capped run so was not stopped still gaining, :func:`data_gain`)."""
     cols = ["run", "method", "artifact", "data fraction", "sequences", "step", "stopped by",
             "training (s)", "first-64 agreement", "peak step", "peak first-64", "past its peak",
             "on the curve"]
     if curves.empty:
         return pd.DataFrame(columns=cols)
     finals = _last_evals(curves).reset_index()
-    peak = (curves.dropna(subset=["first-64 agreement"]).sort_values("step")
-            .sort_values("first-64 agreement", ascending=False, kind="stable")
-            .groupby("artifact").head(1).set_index("artifact"))
+    c = curves.dropna(subset=["first-64 agreement"]).sort_values("step")
+    peak = c.loc[c.groupby("artifact")["first-64 agreement"].idxmax()].set_index("artifact")
     finals["peak step"] = finals["artifact"].map(peak["step"])
     finals["peak first-64"] = finals["artifact"].map(peak["first-64 agreement"])
     finals["past its peak"] = finals["peak first-64"] > finals["first-64 agreement"]
@@ -856,14 +855,21 @@ def plateau_data_sizes(measured: pd.DataFrame, curves: pd.DataFrame) -> pd.DataF
     return out.sort_values(["run", "data fraction"]).reset_index(drop=True)
 
 
+def past_peak(row) -> bool:
+    """Whether a :func:`plateau_data_sizes` row's run had an evaluation better than its final
+    one (False where not recorded)."""
+    v = row.get("past its peak")
+    return bool(pd.notna(v) and v)
+
+
 def data_gain(sizes: pd.DataFrame) -> pd.DataFrame:
     """Per run of :func:`plateau_data_sizes`: what its whole data bought through vLLM over its
     largest part (``from``: that part's fraction; ``points``), and whether that is more than
     :data:`REPRODUCTION_TOLERANCE` (``still gaining``: the whole-data figure is then a lower
     bound on the method at its recipe, not what more data would reach).
 
-    A part that a step or time cap stopped was still gaining: its acceptance is a lower bound
-    on where its own plateau lies. Against a whole-data run the plateau rule stopped, the
+    A part that a step or time cap stopped still gaining (not :func:`past_peak`) is a lower
+    bound on where its own plateau lies. Against a whole-data run the plateau rule stopped, the
     difference is then an upper bound on what the rest of the data bought (``at most``): within
     the tolerance, it settles the question (lease 33's EAGLE-3 on half the data, stopped by the
     step cap 0.5 points below the whole). Otherwise the largest part on the curve answers.
@@ -881,7 +887,7 @@ def data_gain(sizes: pd.DataFrame) -> pd.DataFrame:
         if whole.empty or on.empty:
             continue
         w, top = whole.iloc[-1], parts.iloc[-1]
-        bound = (not top["on the curve"] and w["stopped by"] == "plateau"
+        bound = (not top["on the curve"] and not past_peak(top) and w["stopped by"] == "plateau"
                  and w["vLLM: mean"] - top["vLLM: mean"] <= REPRODUCTION_TOLERANCE)
         part = top if bound else on.iloc[-1]
         d = w["vLLM: mean"] - part["vLLM: mean"]
@@ -904,13 +910,6 @@ def data_reading(gain: pd.DataFrame) -> str:
     said = {"flat": "is flat", "flattens": "rises, then flattens", "falls": "falls",
             "still rising": "still rises where its data ends"}
     return "; ".join(f"{_run_label(r['run'])}'s {said[r['curve']]}" for _, r in gain.iterrows())
-
-
-def past_peak(row) -> bool:
-    """Whether a :func:`plateau_data_sizes` row's run had an evaluation better than its final
-    one (False where not recorded)."""
-    v = row.get("past its peak")
-    return bool(pd.notna(v) and v)
 
 
 def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
@@ -1053,13 +1052,19 @@ def superseded_measured(root: Path | None = None) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
+def _records(root: Path, lease: str, run: str) -> tuple[dict, dict]:
+    """The manifests of ``run`` as the superseded ``lease`` trained it and as it stands."""
+    import json
+
+    return tuple(json.loads(f.read_text()) for f in (
+        root / SUPERSEDED / lease / "plateau" / run / "manifest.json", root / run / "manifest.json"))
+
+
 def _paired(measured: pd.DataFrame, earlier: pd.DataFrame, root: Path, finals: bool):
     """An earlier training's artifacts (:func:`superseded_measured`) each with the latest
     training's of the same run, at the same step (``finals``: their final artifacts,
     whatever their steps): ``(earlier row, later row, workloads both measured, the two means
     over them, whether the two records are one training: :func:`_one_training`)``."""
-    import json
-
     if measured.empty or earlier.empty:
         return
     wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
@@ -1074,9 +1079,7 @@ def _paired(measured: pd.DataFrame, earlier: pd.DataFrame, root: Path, finals: b
         both = [w for w in wl if w in a.index and pd.notna(a[w]) and pd.notna(b[w])]
         if not both:
             continue
-        old, man = (json.loads(f.read_text()) for f in (
-            root / SUPERSEDED / a["lease"] / "plateau" / a["run"] / "manifest.json",
-            root / b["run"] / "manifest.json"))
+        old, man = _records(root, a["lease"], a["run"])
         b = b.copy()
         b["method"] = man.get("method", b["method"])  # the run's, not its checkpoint's name
         yield a, b, both, float(a[both].mean()), float(b[both].mean()), _one_training(old, man)
@@ -1137,8 +1140,6 @@ def rule_noise(root: Path | None = None, from_step: int = 1000) -> pd.DataFrame:
     latest's at every step both evaluated from ``from_step`` on, their difference in points,
     and the rule's threshold in the latest recipe (``plateau_delta``, in points): how far apart
     two runs of one recipe read at the same step, beside the difference the rule acts on."""
-    import json
-
     root = Path(root or PLATEAU_RECORDS)
     later = plateau_curves(root).dropna(subset=["first-64 agreement"])
     rows = []
@@ -1146,11 +1147,10 @@ def rule_noise(root: Path | None = None, from_step: int = 1000) -> pd.DataFrame:
         early = plateau_curves(lease / "plateau").dropna(subset=["first-64 agreement"])
         for art, g in early.groupby("artifact"):
             h = later[later["artifact"] == art]
-            old, new = (lease / "plateau" / art / "manifest.json", root / art / "manifest.json")
-            if h.empty or not new.is_file():
+            if h.empty or not (root / art / "manifest.json").is_file():
                 continue
-            man = json.loads(new.read_text())
-            if not _one_training(json.loads(old.read_text()), man):
+            old, man = _records(root, lease.name, art)
+            if not _one_training(old, man):
                 continue
             delta = man.get("recipe", {}).get("plateau_delta")
             both = g.merge(h, on="step", suffixes=(" earlier", " later"))
