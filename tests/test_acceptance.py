@@ -784,6 +784,38 @@ def test_a_capped_part_bounds_what_the_rest_of_the_data_bought():
     assert acceptance.data_reading(acceptance.data_gain(flat.iloc[0:0])).startswith("no run")
 
 
+def test_a_part_the_step_cap_stopped_at_the_whole_datas_steps_compares_at_that_budget():
+    """Both stopped by the step cap at the same step count (lease 45's EAGLE on half its data
+    and on all of it, 32000 steps each): what the rest of the data bought at that budget, like
+    with like; the part is named once, and neither is read as a plateau."""
+    rows = [(0.25, "plateau", 0.25, 16000), (0.5, "max_steps", 0.281, 32000),
+            (1, "max_steps", 0.284, 32000)]
+    sizes = _sizes([r[:3] for r in rows]).assign(step=[r[3] for r in rows])
+    g = acceptance.data_gain(sizes).iloc[0]
+    assert (g["from"], g["at most"], g["equal steps"], g["still gaining"], g["curve"]) == \
+        (0.5, False, True, False, "flattens at equal steps")
+    assert g["points"] == pytest.approx(0.3)
+    said = acceptance.data_size_sentence(sizes)
+    assert said.endswith("+0.3 of them over its 1/2 (28.1%) trained as many steps (32000, both "
+                         "stopped by the step cap): at that budget the rest of the data bought "
+                         "nothing measurable; where either would plateau with more steps is not "
+                         "measured")
+    assert "not on the curve" not in said
+    assert "equal step budget" in acceptance.data_reading(acceptance.data_gain(sizes))
+    # a different step count is another budget: the largest part on the curve answers
+    g = acceptance.data_gain(sizes.assign(step=[16000, 16000, 32000])).iloc[0]
+    assert (g["from"], g["equal steps"], g["curve"]) == (0.25, False, "still rising")
+    # at equal steps and more than a reproduction's noise apart, more data still buys
+    g = acceptance.data_gain(sizes.assign(**{"vLLM: mean": [0.25, 0.24, 0.284]})).iloc[0]
+    assert (g["equal steps"], g["still gaining"], g["curve"]) == (True, True, "still rising")
+    table = pd.DataFrame([{"method": "eagle", "acceptance": 0.284, "lowest": 0.23, "highest": 0.34,
+                           "training": "32000 steps", "stopped by": "step cap", "more data": 0.3,
+                           "more data from": 0.5, "more data at most": False,
+                           "more data equal steps": True}])
+    assert acceptance.plateau_table_style(table).data.loc[0, "all data vs a part"] == \
+        "+0.3 points over 1/2 at equal steps"
+
+
 def test_max_steps_changes_a_training_only_under_a_schedule_that_reads_it():
     """With a constant rate (after the warm-up) a run allowed more steps computes the same
     steps up to the other's cap: one training; under a cosine schedule every rate moves."""

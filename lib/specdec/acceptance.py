@@ -872,13 +872,17 @@ def data_gain(sizes: pd.DataFrame) -> pd.DataFrame:
     bound on where its own plateau lies. Against a whole-data run the plateau rule stopped, the
     difference is then an upper bound on what the rest of the data bought (``at most``): within
     the tolerance, it settles the question (lease 33's EAGLE-3 on half the data, stopped by the
-    step cap 0.5 points below the whole). Otherwise the largest part on the curve answers.
+    step cap 0.5 points below the whole). A part the step cap stopped at the whole data's own
+    capped step count (``equal steps``) compares like with like: the same training budget on
+    half the data (lease 45's EAGLE, both at 32000 steps); within the tolerance, the rest of
+    the data bought nothing measurable at that budget, where either would plateau unmeasured.
+    Otherwise the largest part on the curve answers.
     ``smallest``, ``over smallest``: the smallest part on the curve and what the whole data
     bought over it; ``curve``: ``still rising`` (still gaining), ``flat`` (the whole data within
-    the tolerance of its smallest part), ``falls`` (below it) or ``flattens`` (it rose, then
-    stopped rising)."""
-    cols = ["run", "from", "points", "at most", "still gaining", "smallest", "over smallest",
-            "curve"]
+    the tolerance of its smallest part), ``falls`` (below it), ``flattens`` (it rose, then
+    stopped rising) or ``flattens at equal steps`` (so, at the capped budget)."""
+    cols = ["run", "from", "points", "at most", "equal steps", "still gaining", "smallest",
+            "over smallest", "curve"]
     rows = []
     for run, g in sizes.groupby("run", sort=True):
         g = g.dropna(subset=["vLLM: mean"]).sort_values("data fraction")
@@ -889,16 +893,20 @@ def data_gain(sizes: pd.DataFrame) -> pd.DataFrame:
         w, top = whole.iloc[-1], parts.iloc[-1]
         bound = (not top["on the curve"] and not past_peak(top) and w["stopped by"] == "plateau"
                  and w["vLLM: mean"] - top["vLLM: mean"] <= REPRODUCTION_TOLERANCE)
-        part = top if bound else on.iloc[-1]
+        equal = (not top["on the curve"] and top["stopped by"] == w["stopped by"] == "max_steps"
+                 and top["step"] == w["step"])
+        part = top if bound or equal else on.iloc[-1]
         d = w["vLLM: mean"] - part["vLLM: mean"]
         still = not bound and d > REPRODUCTION_TOLERANCE
         over = w["vLLM: mean"] - on["vLLM: mean"].iloc[0]
         rows.append({"run": run, "from": part["data fraction"], "points": 100 * d,
-                     "at most": bool(bound), "still gaining": bool(still),
+                     "at most": bool(bound), "equal steps": bool(equal),
+                     "still gaining": bool(still),
                      "smallest": on["data fraction"].iloc[0], "over smallest": 100 * over,
                      "curve": "still rising" if still else
                               "flat" if abs(over) <= REPRODUCTION_TOLERANCE else
-                              "falls" if over < 0 else "flattens"})
+                              "falls" if over < 0 else
+                              "flattens at equal steps" if equal else "flattens"})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -908,6 +916,8 @@ def data_reading(gain: pd.DataFrame) -> str:
     if gain.empty:
         return "no run has both its whole data and a part of it measured yet"
     said = {"flat": "is flat", "flattens": "rises, then flattens", "falls": "falls",
+            "flattens at equal steps": "rises, then flattens at an equal step budget (where it "
+                                       "plateaus in steps is not measured)",
             "still rising": "still rises where its data ends"}
     return "; ".join(f"{_run_label(r['run'])}'s {said[r['curve']]}" for _, r in gain.iterrows())
 
@@ -940,6 +950,16 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
             if gain["curve"] == "flat":
                 head += (f", within the ±{100 * REPRODUCTION_TOLERANCE:.0f} points of a "
                          "reproduction: more data bought nothing measurable")
+            elif gain["equal steps"]:
+                r = off[off["data fraction"] == gain["from"]].iloc[0]
+                off = off.drop(r.name)
+                head += (f", {gain['points']:+.1f} of them over its 1/{round(1 / r['data fraction'])} "
+                         f"({r['vLLM: mean']:.1%}) trained as many steps ({int(r['step'])}, both "
+                         f"stopped by the {stop_label(r['stopped by'])})")
+                head += (": more data still buys acceptance, so its whole-data figure is a "
+                         "lower bound on the method" if gain["still gaining"] else
+                         ": at that budget the rest of the data bought nothing measurable; where "
+                         "either would plateau with more steps is not measured")
             elif gain["still gaining"]:
                 if gain["from"] != gain["smallest"]:
                     head += f", {gain['points']:+.1f} of them from its 1/{round(1 / gain['from'])}"
@@ -1291,7 +1311,8 @@ def plateau_table(measured: pd.DataFrame, curves: pd.DataFrame,
         if r["run"] in gain.index:  # the whole data against its largest part (data_gain)
             row |= {"more data": gain.loc[r["run"], "points"],
                     "more data from": gain.loc[r["run"], "from"],
-                    "more data at most": gain.loc[r["run"], "at most"]}
+                    "more data at most": gain.loc[r["run"], "at most"],
+                    "more data equal steps": gain.loc[r["run"], "equal steps"]}
         if est is not None and len(est):
             e = est[(est["method"] == r["method"]) & (est["profile"] == r["campaign"])] \
                 .dropna(subset=["speedup"]).sort_values("batch_size")
@@ -1315,6 +1336,7 @@ def plateau_table_style(table: pd.DataFrame):
         **({"all data vs a part": [  # what the whole data bought over its largest part
             f"{'at most ' if r['more data at most'] else ''}{r['more data']:+.1f} points over "
             f"1/{round(1 / r['more data from'])}"
+            f"{' at equal steps' if r.get('more data equal steps') in (True,) else ''}"
             if pd.notna(r["more data"]) else None for _, r in table.iterrows()]}
            if "more data" in table else {}),
         **{f"speedup at {c} (predicted)": table[c] for c in batches}})
