@@ -618,6 +618,22 @@ def test_a_recipe_trained_again_in_one_profile_is_compared_at_equal_steps(tmp_pa
     assert acceptance.plateau_equal_steps_sentence(pd.DataFrame()).startswith("no recipe")
 
 
+def test_the_committed_plateau_logs_are_the_logs_their_manifests_hash():
+    """data/plateau keeps each training's log gzipped (records_archive); what it decompresses
+    to is the log the device wrote, by the sha256 its manifest recorded there."""
+    import gzip
+    import hashlib
+    import json
+
+    root = acceptance.PLATEAU_RECORDS
+    assert not list(root.rglob("train_log.jsonl"))  # none committed as written
+    logs = sorted(root.rglob("train_log.jsonl.gz"))
+    assert len(logs) >= 30
+    for f in logs:
+        want = json.loads((f.parent / "manifest.json").read_text())["files"]["train_log.jsonl"]
+        assert hashlib.sha256(gzip.decompress(f.read_bytes())).hexdigest() == want, f
+
+
 def test_the_superseded_eagle_trainings_are_read_with_their_own_records():
     """The committed store: lease 26's EAGLE (time-capped at 7307 steps, checkpoints at 1000,
     2000 and 4000) left data/results/ when lease 27 trained the recipe again, and lease 27's

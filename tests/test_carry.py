@@ -130,3 +130,20 @@ def test_the_training_carry_splits_its_gguf_to_fit_beside_the_tree(tmp_path):
     assert carry_part_bytes(int(40.4 * MIB)) < 25_000_000
     with pytest.raises(SystemExit, match="too little"):
         carry_part_bytes(60 * MIB)
+
+
+def test_cutting_the_gguf_again_leaves_no_part_of_the_earlier_cut(tmp_path):
+    """Cut finer in an earlier session (11 MB parts: 9 of them), then coarser beside a smaller
+    tree: the surplus part would be listed in carry.json and reassembled after the new ones."""
+    from specdec.training import device
+
+    src = tmp_path / "target.gguf"
+    src.write_bytes(bytes(range(256)) * 40)  # 10240 bytes
+    out = tmp_path / "carry"
+    out.mkdir()
+    (out / "target.gguf.json").write_text("{}")  # not a part: kept
+    assert len(device.cut(src, out, "target.gguf", 1100)) == 10
+    parts = device.cut(src, out, "target.gguf", 1400)
+    assert [p.name for p in parts] == [f"target.gguf.{i:03d}" for i in range(8)]
+    assert sorted(out.glob("target.gguf.*")) == sorted(parts + [out / "target.gguf.json"])
+    assert b"".join(p.read_bytes() for p in parts) == src.read_bytes()

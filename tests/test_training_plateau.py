@@ -176,6 +176,13 @@ def test_checkpoints_are_the_artifacts_of_the_learning_curve(plateau_run, target
         names = set(tf.getnames())
     assert n == 4 and f"{NAME}/checkpoints/step000004/manifest.json" in names
     assert f"{NAME}-c2/manifest.json" in names and not any(x.endswith(".safetensors") for x in names)
+    # the log travels and is committed gzipped, and reads back line for line
+    assert f"{NAME}/train_log.jsonl.gz" in names and f"{NAME}/train_log.jsonl" not in names
+    with tarfile.open(tmp_path / "records.tgz") as tf:
+        tf.extractall(tmp_path / "rec", filter="data")
+    assert artifacts.read_log(tmp_path / "rec" / NAME) == _log(root / NAME)
+    assert artifacts.read_log(root / NAME) == _log(root / NAME)  # as written
+    assert artifacts.read_log(tmp_path / "nowhere") == []
 
 
 def test_curve_artifacts_resolve_after_a_local_install(plateau_run, tmp_path, monkeypatch):

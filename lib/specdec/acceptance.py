@@ -83,17 +83,14 @@ def training_logs(root: Path | None = None) -> pd.DataFrame:
     """Every recorded training's log (``train_log.jsonl`` beside its record): one row per
     logged training step (agreement at position 1 on that step's batch, loss) and per held-out
     evaluation (``event`` ``eval``), with the run's stop reason."""
-    import json
-
     from .training import artifacts
     from .training.recipes import RECIPES
 
     rows = []
     for name in RECIPES:
-        f = Path(root or artifacts.records_root()) / name / "train_log.jsonl"
-        if not f.is_file():
+        lines = artifacts.read_log(Path(root or artifacts.records_root()) / name)
+        if not lines:
             continue
-        lines = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
         stop = next((ln.get("stopped_by") for ln in lines if ln.get("event") == "end"), None)
         rows += [{"artifact": name, "event": ln["event"], "step": ln["step"], "acc1": ln.get("acc1"),
                   "loss": ln.get("loss"), "stopped_by": stop}

@@ -6,7 +6,9 @@ Layout:
   model.safetensors) and the manifest; never committed (the drafts carry the target's
   embeddings, 113 MB in float32);
 - ``data/trained/<artifact>/`` (``SPECDEC_TRAINED_RECORDS``): the committed record: manifest
-  (recipe, data hash, run, per-tensor and per-file sha256), recipe, training log, config.
+  (recipe, data hash, run, per-tensor and per-file sha256), recipe, training log, config;
+  ``data/plateau/<artifact>/`` the plateau trainings' (:func:`records_archive`: the log
+  gzipped, its manifest's sha256 that of the log as written).
 
 Transport (a lease brings back at most 8 files of 16 MiB per call): :func:`pack` leaves out
 the tensors that are copies of the target's (``from_target``), tars the rest with the data
@@ -17,7 +19,9 @@ the full checkpoint and installs the artifact and its record.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -34,7 +38,8 @@ SHIPPED = "model.shipped.safetensors"
 PART_BYTES = 15_000_000
 ARCHIVE = "train-out.tgz"
 PARTS_INDEX = "train-out.parts.json"
-RECORD_FILES = ("manifest.json", "recipe.json", "train_log.jsonl", "config.json")
+LOG = "train_log.jsonl"
+RECORD_FILES = ("manifest.json", "recipe.json", LOG, "config.json")
 
 
 class ArtifactError(RuntimeError):
@@ -230,14 +235,35 @@ def pack(artifacts_root: Path, names, extra: dict[str, Path], out: Path,
 def records_archive(root: Path, dest: Path) -> int:
     """Every artifact's record in ``root`` (:data:`RECORD_FILES`, and each checkpoint's
     manifest), no weights, as ``dest`` (a .tgz, ``<artifact>/...``): what a lease always brings
-    back, to be committed (``tar xzf records.tgz -C data/plateau``). Returns how many artifacts."""
+    back, to be committed (``tar xzf records.tgz -C data/plateau``). The training log goes in
+    gzipped (``train_log.jsonl.gz``, :func:`read_log`): committed, it travels with every later
+    call's tree, and a 32000-step log is 0.7 MB as written, a quarter of that gzipped. Returns
+    how many artifacts."""
     arts = sorted(p.parent for p in Path(root).glob(f"*/{MANIFEST}"))
     with tarfile.open(dest, "w:gz") as tf:
         for art in arts:
             for f in [art / f for f in RECORD_FILES] + sorted(art.glob(f"checkpoints/*/{MANIFEST}")):
-                if f.is_file():
+                if f.name == LOG and f.is_file():
+                    blob = gzip.compress(f.read_bytes(), compresslevel=9, mtime=0)
+                    info = tarfile.TarInfo(f"{f.relative_to(root)}.gz")
+                    info.size, info.mtime, info.mode = len(blob), int(f.stat().st_mtime), 0o644
+                    tf.addfile(info, io.BytesIO(blob))
+                elif f.is_file():
                     tf.add(f, arcname=str(f.relative_to(root)))
     return len(arts)
+
+
+def read_log(record: Path) -> list[dict]:
+    """A record's training log, one dict per line: ``train_log.jsonl`` as written, or gzipped
+    as a plateau record keeps it (:func:`records_archive`); [] where it has none."""
+    f = Path(record) / LOG
+    if f.is_file():
+        text = f.read_text()
+    elif f.with_name(LOG + ".gz").is_file():
+        text = gzip.decompress(f.with_name(LOG + ".gz").read_bytes()).decode()
+    else:
+        return []
+    return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
 
 
 def _records_and_variants(dest: Path, kind: str, artifacts_out: Path, records_out: Path) -> None:

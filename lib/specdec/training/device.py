@@ -58,6 +58,20 @@ def _sha(p: Path) -> str:
 # --------------------------------------------------------------------------- #
 # Here: what travels
 # --------------------------------------------------------------------------- #
+def cut(src: Path, out: Path, stem: str, part_bytes: int) -> list[Path]:
+    """``src`` in parts ``<stem>.000``, ``.001``, ... of at most ``part_bytes`` in ``out``,
+    after removing the parts an earlier cut left there: cut finer before, its surplus parts
+    would be listed in carry.json and reassembled after the new ones."""
+    for old in out.glob(f"{stem}.[0-9][0-9][0-9]"):
+        old.unlink()
+    parts = []
+    with open(src, "rb") as fh:
+        while chunk := fh.read(part_bytes):
+            parts.append(out / f"{stem}.{len(parts):03d}")
+            parts[-1].write_bytes(chunk)
+    return parts
+
+
 def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int = 25_000_000,
                wheel_dir: Path | None = None) -> dict:
     from .. import models, profiles, workloads
@@ -71,11 +85,7 @@ def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int 
     split = data.sharegpt_split(n_train, tok, DATA["max_prompt_tokens"])
     meta = data.write_prompts(split, out)
     files = {}
-    with open(gguf, "rb") as fh:
-        i = 0
-        while chunk := fh.read(part_bytes):
-            (out / f"target.gguf.{i:03d}").write_bytes(chunk)
-            i += 1
+    cut(gguf, out, "target.gguf", part_bytes)
     for w in sorted(Path(wheel_dir).glob("gguf-*.whl")) if wheel_dir else []:
         shutil.copy2(w, out / w.name)
     # The data an earlier lease generated from these prompts, where it is kept (keep_data).
