@@ -732,7 +732,7 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
     assert list(right.get_lines()[0].get_xdata()) == [1000, 2000]  # the line: plateaus only
     hollow = [ln for ln in left.get_lines() if ln.get_markerfacecolor() == "none"]
     assert [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in hollow] == [([500], [0.1])]
-    assert [t.get_text() for t in left.texts] == ["≥ (time cap, 250 steps)"]  # a lower bound
+    assert [t.get_text() for t in left.texts] == ["eagle3 ≥ (time cap, 250 steps)"]  # a lower bound
     assert not sizes["past its peak"].any()
     # a capped part whose final evaluation fell below an earlier one (lease 44's two-layer 1/2:
     # 52.9 % at 32000 steps, 51.8 % at the cap): no lower bound, its best evaluation named
@@ -749,7 +749,7 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
         "the curve; its first-64-token agreement was highest at 250 steps, 35.0%, against 20.0% "
         "where it stopped: more steps had stopped buying agreement)")
     left = plots_trained.data_size_curves(sizes).axes[0]
-    assert [t.get_text() for t in left.texts] == ["(time cap, 400 steps; best at 250)"]
+    assert [t.get_text() for t in left.texts] == ["eagle3 (time cap, 400 steps; best at 250)"]
 
 
 def _sizes(rows):
@@ -824,6 +824,17 @@ def test_a_part_the_step_cap_stopped_at_the_whole_datas_steps_compares_at_that_b
     # at equal steps and more than a reproduction's noise apart, more data still buys
     g = acceptance.data_gain(sizes.assign(**{"vLLM: mean": [0.25, 0.24, 0.284]})).iloc[0]
     assert (g["equal steps"], g["still gaining"], g["curve"]) == (True, True, "still rising")
+    # beside another run's part capped near the same value (EAGLE-3's 1/2, 29.0 %, and EAGLE's,
+    # 28.1 %, lease 45): the two notes sit on either side of their points, named by run
+    other = sizes.assign(run="smollm2-eagle3", **{"vLLM: mean": [0.23, 0.29, 0.295],
+                                                   "stopped by": ["plateau", "max_steps", "plateau"]})
+    both = pd.concat([sizes.assign(run="smollm2-eagle"), other], ignore_index=True)
+    from specdec import plots_trained
+
+    left = plots_trained.data_size_curves(both).axes[0]
+    notes = {t.get_text(): t.get_horizontalalignment() for t in left.texts}
+    assert notes == {"eagle3 ≥ (step cap, 32000 steps)": "left",
+                     "eagle ≥ (step cap, 32000 steps)": "right"}
     table = pd.DataFrame([{"method": "eagle", "acceptance": 0.284, "lowest": 0.23, "highest": 0.34,
                            "training": "32000 steps", "stopped by": "step cap", "more data": 0.3,
                            "more data from": 0.5, "more data at most": False,

@@ -214,6 +214,7 @@ def data_size_curves(sizes: pd.DataFrame,
         return fig
     colours = _run_colours(sizes, "run")
     wl = [c for c in sizes.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
+    notes = []  # (panel, size, y, text, colour): placed once all are known
     for run, g in sizes.groupby("run"):
         g = g.sort_values("sequences")
         colour = colours[run]
@@ -231,12 +232,19 @@ def data_size_curves(sizes: pd.DataFrame,
                 note = note[:-1] + f"; best at {int(r['peak step'])})"
             else:  # stopped still gaining: a lower bound on its plateau
                 note = "≥ " + note
+            note = f"{run.removeprefix('smollm2-')} {note}"
             for ax, y in ((left, r.get("vLLM: mean")), (right, r["first-64 agreement"])):
                 if pd.notna(y):
                     ax.plot([r["sequences"]], [y], marker="D" if ax is left else "o", ls="none",
                             mfc="none", color=colour)
-                    ax.annotate(note, (r["sequences"], y), textcoords="offset points",
-                                xytext=(4, -10), fontsize="x-small", color="0.3")
+                    notes.append((ax, r["sequences"], y, note, colour))
+    # at one size, from the highest point down, the notes alternate right and left of their
+    # points: two runs capped near the same value would otherwise print over each other
+    seen: dict[tuple, int] = {}
+    for ax, x, y, note, colour in sorted(notes, key=lambda n: (id(n[0]), n[1], -n[2])):
+        k = seen[(id(ax), x)] = seen.get((id(ax), x), -1) + 1
+        ax.annotate(note, (x, y), textcoords="offset points", xytext=(-4 if k % 2 else 4, -10),
+                    ha="right" if k % 2 else "left", fontsize="x-small", color="0.3")
     for ax in (left, right):
         _log_x(ax, sorted(sizes["sequences"].dropna().unique()), base=2)  # the sizes trained
         ax.set_ylim(0, None)
