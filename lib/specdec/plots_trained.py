@@ -214,7 +214,7 @@ def data_size_curves(sizes: pd.DataFrame,
         return fig
     colours = _run_colours(sizes, "run")
     wl = [c for c in sizes.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
-    notes = []  # (panel, size, y, text, colour): placed once all are known
+    notes = []  # (panel, size, y, text): placed once all are known
     for run, g in sizes.groupby("run"):
         g = g.sort_values("sequences")
         colour = colours[run]
@@ -237,11 +237,11 @@ def data_size_curves(sizes: pd.DataFrame,
                 if pd.notna(y):
                     ax.plot([r["sequences"]], [y], marker="D" if ax is left else "o", ls="none",
                             mfc="none", color=colour)
-                    notes.append((ax, r["sequences"], y, note, colour))
+                    notes.append((ax, r["sequences"], y, note))
     # at one size, from the highest point down, the notes alternate right and left of their
     # points: two runs capped near the same value would otherwise print over each other
     seen: dict[tuple, int] = {}
-    for ax, x, y, note, colour in sorted(notes, key=lambda n: (id(n[0]), n[1], -n[2])):
+    for ax, x, y, note in sorted(notes, key=lambda n: (id(n[0]), n[1], -n[2])):
         k = seen[(id(ax), x)] = seen.get((id(ax), x), -1) + 1
         ax.annotate(note, (x, y), textcoords="offset points", xytext=(-4 if k % 2 else 4, -10),
                     ha="right" if k % 2 else "left", fontsize="x-small", color="0.3")
