@@ -947,28 +947,31 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
             if gain["curve"] == "flat":
                 head += (f", within the ±{100 * REPRODUCTION_TOLERANCE:.0f} points of a "
                          "reproduction: more data bought nothing measurable")
-            elif gain["equal steps"]:
-                r = off[off["data fraction"] == gain["from"]].iloc[0]
-                off = off.drop(r.name)
-                head += (f", {gain['points']:+.1f} of them over its 1/{round(1 / r['data fraction'])} "
-                         f"({r['vLLM: mean']:.1%}) trained as many steps ({int(r['step'])}, both "
-                         f"stopped by the {stop_label(r['stopped by'])})")
-                head += (": more data still buys acceptance, so its whole-data figure is a "
-                         "lower bound on the method" if gain["still gaining"] else
-                         ": at that budget the rest of the data bought nothing measurable; where "
-                         "either would plateau with more steps is not measured")
-            elif gain["still gaining"]:
-                if gain["from"] != gain["smallest"]:
-                    head += f", {gain['points']:+.1f} of them from its 1/{round(1 / gain['from'])}"
-                head += (": more data still buys acceptance, so its whole-data figure is a "
+            else:
+                # the part the whole is set against, where a cap stopped it: named here, once
+                r = off[off["data fraction"] == gain["from"]].iloc[0] \
+                    if gain["at most"] or gain["equal steps"] else None
+                off = off.drop(r.name) if r is not None else off
+                still = (": more data still buys acceptance, so its whole-data figure is a "
                          "lower bound on the method")
-            elif gain["at most"]:
-                r = off[off["data fraction"] == gain["from"]].iloc[0]
-                off = off.drop(r.name)
-                head += (f", but at most {gain['points']:+.1f} of them over its "
-                         f"1/{round(1 / r['data fraction'])}, which the {stop_label(r['stopped by'])} "
-                         f"stopped at {int(r['step'])} steps still gaining with {r['vLLM: mean']:.1%}"
-                         f" (a lower bound on its plateau): the curve flattens before the whole data")
+                if gain["equal steps"]:
+                    head += (f", {gain['points']:+.1f} of them over its "
+                             f"1/{round(1 / r['data fraction'])} ({r['vLLM: mean']:.1%}) trained as "
+                             f"many steps ({int(r['step'])}, both stopped by the "
+                             f"{stop_label(r['stopped by'])})")
+                    head += still if gain["still gaining"] else (
+                        ": at that budget the rest of the data bought nothing measurable; where "
+                        "either would plateau with more steps is not measured")
+                elif gain["still gaining"]:
+                    if gain["from"] != gain["smallest"]:
+                        head += f", {gain['points']:+.1f} of them from its 1/{round(1 / gain['from'])}"
+                    head += still
+                elif gain["at most"]:
+                    head += (f", but at most {gain['points']:+.1f} of them over its "
+                             f"1/{round(1 / r['data fraction'])}, which the "
+                             f"{stop_label(r['stopped by'])} stopped at {int(r['step'])} steps still "
+                             f"gaining with {r['vLLM: mean']:.1%} (a lower bound on its plateau): "
+                             "the curve flattens before the whole data")
         for _, r in off.iterrows():
             bound = (f", not on the curve; its first-64-token agreement was highest at "
                      f"{int(r['peak step'])} steps, {r['peak first-64']:.1%}, against "
