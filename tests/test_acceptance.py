@@ -471,6 +471,17 @@ def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
     measured_points = [ln for ln in right.get_lines() if ln.get_marker() == "D"]
     assert sorted(float(y) for ln in measured_points for y in ln.get_ydata()) == \
         pytest.approx([0.17, 0.27])  # the latest run's two points only
+    # the same recipe's earlier training beside them, hollow, where asked; another recipe's not
+    e = earlier().assign(**{"one training": True})
+
+    def hollow(frame):
+        return [ln for ln in plots_trained.learning_curves(curves, m, frame).axes[1].get_lines()
+                if ln.get_marker() == "D" and ln.get_markerfacecolor() == "white"]
+
+    assert [ln.get_label() for ln in hollow(e)] == \
+        ["smollm2-eagle3: vLLM, earlier trainings of its recipe"]
+    assert sorted(float(y) for y in hollow(e)[0].get_ydata()) == pytest.approx([0.15, 0.25])
+    assert hollow(e.assign(**{"one training": False})) == []
     # what only costs (features from a store, a fused loss, the cap) is the same training;
     # a recipe read as recorded before a key existed takes the way those runs ran
     from specdec.training.recipes import RECIPES, same_training

@@ -114,6 +114,13 @@ def test_lease_record_matches_the_rows(h200):
     assert (rec["cells"] - rec["superseded cells"]).sum() == \
         sum(store.load_runs(p, only_ok=True)["cell_id"].nunique() for p in named)
     assert rec["superseded cells"].sum() > 0 and (rec["cells"] >= rec["superseded cells"]).all()
+    # a superseded training's rows are counted where they are kept (data/plateau/_superseded/):
+    # lease 30's twelve cells of the two-layer draft (lease 46 trained it again), beside its nine
+    # of Medusa still in data/results/
+    r30 = rec.set_index("lease").loc["2026-12-06-h100-30"]
+    assert (r30["cells"], r30["superseded cells"], r30["engines"]) == (21, 12, 7)
+    assert not any((e.get("superseded") or {}).get("cells") for e in leases.load()
+                   if "plateau" in str(e["profile"]))  # counted from their rows, not by hand
     first = rec[rec["profile"] == "h200-surface-v2"].iloc[0]
     assert first["engines"] >= 3 and 0 < first["engine_start_s"] < first["device_held_s"]
 

@@ -1058,7 +1058,9 @@ def _one_training(a: dict, b: dict) -> bool:
 
 def superseded_measured(root: Path | None = None) -> pd.DataFrame:
     """:func:`plateau_measured` of every superseded training (:data:`SUPERSEDED`): its own rows
-    read with its own records, ``latest`` False and ``lease`` the lease that measured them."""
+    read with its own records, ``latest`` False, ``lease`` the lease that measured them and
+    ``one training`` whether its record and the latest's of the same run are one training
+    (:func:`_one_training`: same data, same recipe but for what only costs)."""
     from . import metrics, store
 
     root = Path(root or PLATEAU_RECORDS)
@@ -1068,7 +1070,11 @@ def superseded_measured(root: Path | None = None) -> pd.DataFrame:
             if (lease / profile).is_dir():
                 m = plateau_measured(metrics.summarize(store.load_runs(profile, lease)),
                                      lease / "plateau")
-                out.append(m.assign(latest=False, lease=lease.name))
+                one = {run: (root / run / "manifest.json").is_file()
+                       and _one_training(*_records(root, lease.name, run))
+                       for run in m["run"].unique()} if not m.empty else {}
+                out.append(m.assign(latest=False, lease=lease.name,
+                                    **{"one training": m["run"].map(one).astype(bool)}))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 

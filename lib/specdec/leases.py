@@ -8,10 +8,13 @@ of the lease's profile (or profiles), matched by that commit and the lease's tim
 - ``engines``: distinct engine starts (one per (method, K, set/natural acceptance));
 - ``engine_start_s``: seconds spent starting those engines (``engine_start_s`` of the rows);
 - ``cells_per_device_minute``: cells / (device seconds / 60);
-- ``superseded cells``: cells the lease landed whose rows have since left ``data/results/``
-  (a superseded protocol's; git history keeps them), from its ``superseded:`` entry (``cells``,
-  ``engines``, ``engine_start_s``, counted from the rows before they left, and ``removed_in``);
-  ``cells``, ``engines`` and ``engine_start_s`` count them too: what the lease spent its time on;
+- ``superseded cells``: cells the lease landed whose rows have since left ``data/results/``:
+  a superseded training's, kept under ``data/plateau/_superseded/<lease>/<profile>/`` and
+  counted from those rows like the others (:func:`kept_elsewhere`), or a superseded
+  protocol's, gone from the tree (git history keeps them), from its ``superseded:`` entry
+  (``cells``, ``engines``, ``engine_start_s``, counted from the rows before they left, and
+  ``removed_in``); ``cells``, ``engines`` and ``engine_start_s`` count them too: what the lease
+  spent its time on;
 - ``other work``: what the lease did besides measuring cells: its ``other_work:`` text, else,
   for a lease with a ``training:`` entry, data and training (a training lease spends most of its
   time on them, which no row counts).
@@ -31,6 +34,7 @@ import pandas as pd
 import yaml
 
 from . import paths, store
+from .training.data import PLATEAU
 
 LEASES_PATH = paths.DATA_DIR / "leases" / "leases.yaml"
 COLUMNS = ["lease", "device", "profile", "commit", "device_held_s", "calls", "cells",
@@ -66,28 +70,48 @@ def _inside(runs: pd.DataFrame, entry: dict) -> pd.Series:
             & (t <= pd.Timestamp(entry["last_call_end_utc"])))
 
 
-def record(path: Path | None = None, root: Path | None = None) -> pd.DataFrame:
-    """One row per lease (:data:`COLUMNS`), the cell counts recomputed from the rows (plus the
-    superseded cells its entry records)."""
+def kept_elsewhere(name: str, plateau: Path | None = None) -> pd.DataFrame:
+    """The rows of profile ``name`` that a later training superseded: kept, with their records,
+    in ``data/plateau/_superseded/<lease>/<name>/`` (each a results root), empty if none."""
+    roots = sorted(p for p in (Path(plateau or PLATEAU) / "_superseded").glob(f"*/{name}")
+                   if p.is_dir())
+    runs = [store.load_runs(name, r.parent) for r in roots]
+    return pd.concat(runs, ignore_index=True) if runs else pd.DataFrame()
+
+
+def _spent(runs: pd.DataFrame, e: dict) -> tuple[int, int, float]:
+    """Cells, engine starts and their seconds of lease ``e`` among ``runs``. An engine is a
+    (profile, method, K, set/natural acceptance) start."""
+    if runs.empty:
+        return 0, 0, 0.0
+    inside = runs[_inside(runs, e) & (runs["status"] == "ok")]
+    if inside.empty:
+        return 0, 0, 0.0
+    key = ["profile", "method", "num_speculative_tokens", inside["acceptance_alpha"].notna()]
+    starts = inside.groupby(key)["engine_start_s"].first()
+    return inside.groupby(["profile", "cell_id"]).ngroups, len(starts), float(starts.sum())
+
+
+def record(path: Path | None = None, root: Path | None = None,
+           plateau: Path | None = None) -> pd.DataFrame:
+    """One row per lease (:data:`COLUMNS`), the cell counts recomputed from the rows: those in
+    ``data/results/``, those a later training superseded (:func:`kept_elsewhere`), and the
+    cells of rows gone from the tree that its ``superseded:`` entry records."""
     rows = []
     for e in load(path):
-        # A lease may measure several profiles (a list); an engine is a (profile, method, K,
-        # set/natural acceptance) start.
+        # A lease may measure several profiles (a list)
         names = e["profile"] if isinstance(e["profile"], list) else [e["profile"]]
-        runs = pd.concat([store.load_runs(n, root) for n in names], ignore_index=True)
-        inside = runs[_inside(runs, e) & (runs["status"] == "ok")]
-        engine_key = ["profile", "method", "num_speculative_tokens",
-                      inside["acceptance_alpha"].notna()]
-        starts = inside.groupby(engine_key)["engine_start_s"].first() if len(inside) else []
+        here = _spent(pd.concat([store.load_runs(n, root) for n in names], ignore_index=True), e)
+        kept = _spent(pd.concat([kept_elsewhere(n, plateau) for n in names], ignore_index=True), e)
         gone = e.get("superseded") or {}
-        cells = (inside.groupby(["profile", "cell_id"]).ngroups if len(inside) else 0) \
-            + int(gone.get("cells", 0))
+        gone = (int(gone.get("cells", 0)), int(gone.get("engines", 0)),
+                float(gone.get("engine_start_s", 0.0)))
+        cells, engines, start_s = (a + b + c for a, b, c in zip(here, kept, gone))
         rows.append({"lease": e["lease"], "device": e["device"], "profile": ", ".join(names),
                      "commit": e["commit"][:10], "device_held_s": float(e["device_held_s"]),
                      "calls": int(e["calls"]), "cells": cells,
-                     "superseded cells": int(gone.get("cells", 0)),
-                     "engines": len(starts) + int(gone.get("engines", 0)),
-                     "engine_start_s": float(sum(starts)) + float(gone.get("engine_start_s", 0.0)),
+                     "superseded cells": kept[0] + gone[0],
+                     "engines": engines, "engine_start_s": start_s,
                      "cells_per_device_minute": cells / (float(e["device_held_s"]) / 60),
                      "other work": e.get("other_work") or (
                          "data and training of heads and drafts" if e.get("training") else "")})

@@ -146,13 +146,18 @@ def _run_colours(frame: pd.DataFrame, run: str) -> dict:
 
 
 def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
+                    earlier: pd.DataFrame | None = None,
                     title: str = "Learning curves of the plateau trainings") -> Figure:
     """Left: held-out agreement (mean over draft positions) against training seconds, one line
     per whole-data run (:func:`specdec.acceptance.plateau_curves`), dotted over each held-out
     sequence's first 64 tokens where the run recorded it. Right: the K = 4 acceptance
     rate that agreement predicts (line, open markers) beside vLLM's, measured on the checkpoints
     (filled markers: mean over the workloads, bars: their range;
-    :func:`specdec.acceptance.plateau_measured`)."""
+    :func:`specdec.acceptance.plateau_measured`). With ``earlier``
+    (:func:`specdec.acceptance.superseded_measured`), hollow diamonds: vLLM's measurement of
+    the same recipe's earlier trainings on the same data (``one training``), each at its own
+    training seconds, where they were measured on every workload the latest rows have:
+    another training of the recipe, where the latest run's checkpoints may not be measured."""
     fig, (left, right) = figure(title, size=(11, 6.2), ncols=2)
     left.set_xlabel("training seconds (log scale)")
     left.set_ylabel("held-out agreement (mean over positions)")
@@ -183,6 +188,14 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
                            yerr=[m["vLLM: mean"] - lo, hi - m["vLLM: mean"]], marker="D",
                            color=colour, linestyle="none", capsize=3,
                            label=f"{name}: vLLM, measured")
+        wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
+        if earlier is not None and not earlier.empty and wl:
+            e = earlier[(earlier["run"] == name) & earlier["one training"]] \
+                .dropna(subset=[w for w in wl if w in earlier.columns])
+            if not e.empty and all(w in e.columns for w in wl):
+                right.plot(e["training (s)"], e["vLLM: mean"], marker="D", markersize=5,
+                           markerfacecolor="white", color=colour, linestyle="none",
+                           label=f"{name}: vLLM, earlier trainings of its recipe")
     lo, hi = whole["training (s)"].min(), whole["training (s)"].max()
     # 1-3-10 ticks across the runs' seconds (a log axis labels only the decades)
     ticks = [t for t in (1, 3, 10, 30, 100, 300, 1000, 3000, 10000) if lo / 1.5 <= t <= hi * 1.5]
