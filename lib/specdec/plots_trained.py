@@ -169,6 +169,11 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
         _no_data(right)
         return fig
     colours = _run_colours(whole, "artifact")
+    wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
+    # an earlier training stands beside this run only where measured as its rows are
+    earlier = earlier[earlier["one training"]].dropna(subset=wl) \
+        if earlier is not None and not earlier.empty and wl and set(wl) <= set(earlier.columns) \
+        else pd.DataFrame(columns=["run"])
     for name, g in whole.groupby("artifact"):
         g = g.sort_values("step")
         colour = colours[name]
@@ -182,20 +187,16 @@ def learning_curves(curves: pd.DataFrame, measured: pd.DataFrame,
         m = measured[(measured["run"] == name) & measured["latest"]] if not measured.empty \
             else measured  # the curve's own run, not an earlier training of the same recipe
         if not m.empty:
-            wl = [c for c in m.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
             lo, hi = m[wl].min(axis=1), m[wl].max(axis=1)
             right.errorbar(m["training (s)"], m["vLLM: mean"],
                            yerr=[m["vLLM: mean"] - lo, hi - m["vLLM: mean"]], marker="D",
                            color=colour, linestyle="none", capsize=3,
                            label=f"{name}: vLLM, measured")
-        wl = [c for c in measured.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
-        if earlier is not None and not earlier.empty and wl:
-            e = earlier[(earlier["run"] == name) & earlier["one training"]] \
-                .dropna(subset=[w for w in wl if w in earlier.columns])
-            if not e.empty and all(w in e.columns for w in wl):
-                right.plot(e["training (s)"], e["vLLM: mean"], marker="D", markersize=5,
-                           markerfacecolor="white", color=colour, linestyle="none",
-                           label=f"{name}: vLLM, earlier trainings of its recipe")
+        e = earlier[earlier["run"] == name]
+        if not e.empty:
+            right.plot(e["training (s)"], e["vLLM: mean"], marker="D", markersize=5,
+                       markerfacecolor="white", color=colour, linestyle="none",
+                       label=f"{name}: vLLM, earlier trainings of its recipe")
     lo, hi = whole["training (s)"].min(), whole["training (s)"].max()
     # 1-3-10 ticks across the runs' seconds (a log axis labels only the decades)
     ticks = [t for t in (1, 3, 10, 30, 100, 300, 1000, 3000, 10000) if lo / 1.5 <= t <= hi * 1.5]
