@@ -42,6 +42,9 @@
 #   scripts/lease.sh train fit SECONDS [--only A]...  train each artifact to its plateau, none
 #                                                 past SECONDS, pack with the learning-curve
 #                                                 checkpoints, first 4 parts + index + logs to $OUT
+#   scripts/lease.sh train state N                the states a cap left (a run to go on with in
+#                                                 a later lease): parts 4N..4N+3 + states.json
+#                                                 to $OUT (the fit names how many N)
 #   scripts/lease.sh train bg STEP [ARGS...]      a train step longer than a call (data of 20480
 #                                                 prompts, fit to a plateau) in the background,
 #                                                 from a copy of the tree; follow it with `wait`;
@@ -318,6 +321,7 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
     pack) python3 -m specdec.training.device pack --work /tmp/train --out "$OUT" "$@" 2>&1 \
             | tee -a /tmp/train.log; rc=${PIPESTATUS[0]} ;;
     out)  python3 -m specdec.training.device out "${1:?N}" --work /tmp/train --out "$OUT"; rc=$? ;;
+    state) python3 -m specdec.training.device state "${1:?N}" --work /tmp/train --out "$OUT"; rc=$? ;;
     install)
           # Nothing of an earlier install may stay behind: a failed install must leave no
           # artifacts that the next measure would take for the ones named here.

@@ -409,6 +409,14 @@ def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):
     assert m.loc["smollm2-eagle3", "vLLM: mean"] == pytest.approx(0.25)
     assert m.loc["smollm2-eagle3", "vLLM: mtbench"] == pytest.approx(0.30)
     assert acceptance.plateau_measured(_plateau_summary().iloc[0:0], tmp_path).empty
+    # rows read with a record only where they measured its weights: a checkpoint's name taken
+    # by another step of a resumed run, or a recipe trained again, leaves the old rows unread
+    c1 = tmp_path / "smollm2-eagle3-c1" / "manifest.json"
+    c1.write_text(json.dumps({**json.loads(c1.read_text()), "files": {"model.safetensors": "w1"}}))
+    rows = _plateau_summary().assign(draft_sha256="w1")
+    assert "smollm2-eagle3-c1" in set(acceptance.plateau_measured(rows, tmp_path)["artifact"])
+    assert set(acceptance.plateau_measured(rows.assign(draft_sha256="w0"), tmp_path)["artifact"]) \
+        == {"smollm2-eagle3"}  # the final's record names no weights here: read as before
     from specdec import plots_trained
 
     fig = plots_trained.learning_curves(curves, m.reset_index())

@@ -569,3 +569,104 @@ def test_a_lease_measures_what_it_trained(tmp_path, monkeypatch, capsys):
         for w in prof.workloads]})
     with pytest.raises(profiles.ProfileError, match=r"sharegpt-heldout\]: prompt .* 2821 tokens"):
         runner.run(longer, ["steps-eagle3"], dry_run=True, results_root=tmp_path / "results")
+
+
+@pytest.mark.parametrize("batching", ["length-grouped", "random"])
+def test_a_run_a_cap_stopped_goes_on_from_its_state_bit_for_bit(plateau_run, target, seqs,
+                                                                 tmp_path, batching):
+    """A run a cap stopped keeps its state (a plateau stop does not); resumed in a later lease
+    (here: another call) it takes the steps the run not stopped would have taken: on the CPU
+    the same weights at every later checkpoint, and one record of both parts (evaluations, log,
+    where each part began). A state that is not this run's is refused before any step."""
+    loaded, digest, _ = seqs
+    root, _, _ = plateau_run
+    assert not train.state_path(root / NAME).exists()  # stopped by the plateau rule: nothing kept
+    r = _recipe(plateau_delta=None, batching=batching)
+    whole = train.train(NAME, r, target, loaded, digest, tmp_path / "whole" / NAME, max_steps=8)
+    first = train.train(NAME, r, target, loaded, digest, tmp_path / "a" / NAME, max_steps=3)
+    kept = train.state_path(tmp_path / "a" / NAME)
+    assert first["run"]["stopped_by"] == "max_steps" and kept.is_file()
+    assert kept.parent.name == train.STATE_DIR and not (tmp_path / "a" / NAME / kept.name).exists()
+    again = train.train(NAME, r, target, loaded, digest, tmp_path / "b" / NAME, max_steps=8,
+                        resume=kept)
+
+    def weights(man):
+        return {e["step"]: e["weights_sha256"] for e in man["run"]["evals"] if "checkpoint" in e}
+
+    assert weights(again) == weights(whole) and set(weights(whole)) == {1, 2, 4, 8}
+    assert again["tensors"] == whole["tensors"]
+    run = again["run"]
+    assert (run["steps"], run["stopped_by"]) == (8, "max_steps")
+    assert [e["step"] for e in run["evals"]] == [0, 1, 2, 3, 4, 8]  # 3: where the first part stopped
+    assert [e["train_s"] for e in run["evals"]] == sorted(e["train_s"] for e in run["evals"])
+    assert run["segments"] == [{"from_step": 0, "device_name": "cpu", "to_step": 3},
+                               {"from_step": 3, "device_name": "cpu", "to_step": 8}]
+    log = _log(tmp_path / "b" / NAME)
+    assert [e["step"] for e in log if e["event"] == "train"] == list(range(1, 9))
+    assert [e["event"] for e in log if e["event"] in ("resume", "end")] == ["end", "resume", "end"]
+    # the first part's checkpoints come as records, their weights stayed where they were made
+    early = tmp_path / "b" / NAME / train.CHECKPOINTS / "step000002"
+    assert (early / artifacts.MANIFEST).read_text() == \
+        (tmp_path / "a" / NAME / train.CHECKPOINTS / "step000002" / artifacts.MANIFEST).read_text()
+    assert not (early / export.WEIGHTS).exists()
+    for bad, want in (({**r, "lr": 1e-2}, "another recipe"), (r, "data")):
+        with pytest.raises(ValueError, match=want):
+            train.train(NAME, bad, target, loaded, "0" * 64 if want == "data" else digest,
+                        tmp_path / "c" / NAME, max_steps=8, resume=kept)
+    with pytest.raises(ValueError, match="nothing to go on with"):
+        train.train(NAME, r, target, loaded, digest, tmp_path / "c" / NAME, max_steps=3,
+                    resume=kept)
+
+
+def test_a_kept_state_travels_back_stays_in_history_and_is_carried_again(target, seqs,
+                                                                         tmp_path, monkeypatch):
+    """The trip of a state between two leases: cut there (fit), brought back a batch of parts a
+    call (`train state N`), kept here and committed, its parts removed from the tree, read back
+    from git history into the next carry, reassembled and checked there, and gone on from."""
+    import subprocess
+
+    from specdec.training import device
+
+    loaded, digest, path = seqs
+    work = tmp_path / "work"
+    train.train(NAME, _recipe(plateau_delta=None), target, loaded, digest,
+                work / "artifacts" / NAME, max_steps=3)
+    state = work / "artifacts" / train.STATE_DIR / f"{NAME}.pt"
+    monkeypatch.setattr(device, "STATE_PART_BYTES", state.stat().st_size // 5 + 1)
+    index = device.states_out(work)
+    assert len(index[NAME]["parts"]) == 5
+    calls = [tmp_path / f"call{n}" for n in range(2)]  # 4 parts a call
+    for n, out in enumerate(calls):
+        device.step_state(work, out, n)
+    assert len(list(calls[1].glob(f"{NAME}.pt.*"))) == 1
+    with pytest.raises(SystemExit, match="not brought back"):
+        device.keep_state(calls[:1], tmp_path / "nowhere")
+    repo = tmp_path / "repo"
+    kept = device.keep_state(calls, repo / "_resume")[NAME]
+    assert kept["step"] == 3 and kept["sha256"] == device._sha(state)
+
+    def git(*a):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=repo,
+                       check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "kept")
+    git("rm", "-q", *[f"_resume/{NAME}/{q['file']}" for q in kept["parts"]])
+    git("commit", "-qm", "parts out of the tree")
+    assert [f.name for f in (repo / "_resume" / NAME).iterdir()] == ["resume.json"]
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    rec = device._kept_state(NAME, tmp_path / "again.pt", repo / "_resume")
+    assert device._sha(tmp_path / "again.pt") == rec["sha256"]
+    parts = device.cut(tmp_path / "again.pt", carry, f"resume-{NAME}.pt", 10_000_000)
+    (carry / "carry.json").write_text(json.dumps(
+        {"resume": {NAME: {"sha256": rec["sha256"], "parts": [q.name for q in parts]}}}))
+    there = device.carried_states(carry, tmp_path / "work2")
+    assert device._sha(there[NAME]) == device._sha(state)
+    again = train.train(NAME, _recipe(plateau_delta=None), target, loaded, digest,
+                        tmp_path / "work2" / "artifacts" / NAME, max_steps=4, resume=there[NAME])
+    assert again["run"]["segments"][-1] == {"from_step": 3, "device_name": "cpu", "to_step": 4}
+    parts[0].write_bytes(b"x" + parts[0].read_bytes()[1:])  # a part damaged on the way
+    with pytest.raises(SystemExit, match="do not reassemble"):
+        device.carried_states(carry, tmp_path / "work3")

@@ -719,10 +719,15 @@ def plateau_measured(summary: pd.DataFrame, root: Path | None = None) -> pd.Data
     for (profile, method, draft), g in s.groupby(["profile", "method", "draft"]):
         # a Medusa artifact is measured as its K-head variant, <record>-k<K> (artifacts.medusa_variants)
         k_variant = re.fullmatch(r"(.+)-k\d+", draft)
-        if not (root / draft).is_dir() and k_variant and (root / k_variant[1]).is_dir():
+        variant = not (root / draft).is_dir() and k_variant and (root / k_variant[1]).is_dir()
+        if variant:
             draft = k_variant[1]
         man = json.loads((root / draft / "manifest.json").read_text()) \
             if (root / draft / "manifest.json").is_file() else {}
+        sha = man.get("files", {}).get("model.safetensors")
+        measured = set(g["draft_sha256"].dropna()) if "draft_sha256" in g else set()
+        if sha and measured and measured != {sha} and not variant:
+            continue  # rows of other weights than this record's: not its measurement
         parent = man.get("checkpoint_of", draft)
         step = man.get("checkpoint_step", man.get("run", {}).get("steps"))
         ev = curves[(curves["artifact"] == parent) & (curves["step"] == step)]

@@ -157,7 +157,10 @@ def curve(out_root: Path, name: str, points: int = 3) -> dict[str, int]:
     before the final step, as ``<name>-c1`` (earliest) … ``<name>-c<points>`` in ``out_root``
     (a run stopped by the plateau at step s: s/8, s/4, s/2), each a complete artifact (weights
     hard-linked) whose manifest names it and says whose checkpoint it is; the final manifest
-    gets ``curve`` ({name: step}), which this returns."""
+    gets ``curve`` ({name: step}), which this returns. A checkpoint of a run resumed from an
+    earlier lease's state may have its record here and its weights there: its artifact is the
+    record and the run's config, without weights (:func:`install_local` passes it by; the
+    earlier lease measured it)."""
     man = json.loads((out_root / name / MANIFEST).read_text())
     steps = man["run"]["steps"]
     chosen = [e for e in man["run"]["evals"] if "checkpoint" in e and e["step"] < steps][-points:]
@@ -166,6 +169,8 @@ def curve(out_root: Path, name: str, points: int = 3) -> dict[str, int]:
         src, dest = out_root / name / ev["checkpoint"], out_root / f"{name}-c{i}"
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
+        if not (src / export.WEIGHTS).is_file():
+            shutil.copy2(out_root / name / "config.json", dest / "config.json")
         for f in sorted(src.iterdir()):
             if f.name == export.WEIGHTS:
                 os.link(f, dest / f.name)
@@ -290,6 +295,8 @@ def install_local(root: Path, artifacts_out: Path | None = None,
     artifacts_out, records_out = artifacts_out or trained_root(), records_out or records_root()
     report = {"artifacts": {}}
     for art in sorted(p.parent for p in Path(root).glob(f"*/{MANIFEST}")):
+        if not (art / "model.safetensors").is_file():
+            continue  # a resumed run's checkpoint from an earlier lease: its weights stayed there
         man = json.loads((art / MANIFEST).read_text())
         dest = Path(artifacts_out) / art.name
         shutil.rmtree(dest, ignore_errors=True)

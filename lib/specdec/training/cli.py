@@ -22,7 +22,10 @@ def _cmd_carry(a) -> int:
     from . import device
 
     man = device.make_carry(a.out, a.prompts, wheel_dir=a.wheel_dir,
-                            part_bytes=a.part_bytes or carry.part_bytes_beside())
+                            part_bytes=a.part_bytes or carry.part_bytes_beside(),
+                            resume=a.resume or ())
+    for name, st in man.get("resume", {}).items():
+        print(f"  goes on from: {name} at step {st['step']} ({len(st['parts'])} parts)")
     for f in sorted(man["files"]):
         print(f"  {f}  {(a.out / f).stat().st_size / 1e6:.1f} MB")
     print(f"{a.out}: {man['split']['train']['count']} training prompts (sha256 "
@@ -54,6 +57,18 @@ def _cmd_keep_data(a) -> int:
     digest = device.keep_data(a.folder)
     print(f"kept in {device.DATA_RECORD}: data sha256 {digest[:16]}; commit it, and "
           f"`specdec train carry` carries it to the next lease instead of generating it again")
+    return 0
+
+
+def _cmd_keep_state(a) -> int:
+    from . import device
+
+    for name, rec in device.keep_state(a.folders).items():
+        print(f"kept in {device.RESUME_RECORD / name}: {name} at step {rec['step']}, "
+              f"{len(rec['parts'])} parts, sha256 {rec['sha256'][:16]}")
+    print("commit them; then `git rm` the parts (keep resume.json) and commit again: the tree "
+          "every lease call carries stays small, and `specdec train carry --resume NAME` reads "
+          "the parts from history")
     return 0
 
 
@@ -174,7 +189,15 @@ def register(subparsers) -> None:
                    help="GGUF part size (default: what fits one call beside the tree now)")
     c.add_argument("--wheel-dir", type=Path, default=paths.ROOT / ".whl",
                    help="where the gguf wheel is (pip download gguf==0.19.0 --no-deps -d .whl)")
+    c.add_argument("--resume", action="append", metavar="NAME",
+                   help="also the kept state of NAME (keep-state), for the lease's fit to go "
+                        "on from (repeatable)")
     c.set_defaults(func=lambda a: _cmd_carry(_default_prompts(a)))
+    ks = sub.add_parser("keep-state", help="keep the states a lease brought back (train state N) "
+                                           "in data/plateau/_resume, to carry to a later lease")
+    ks.add_argument("folders", type=Path, nargs="+",
+                    help="folders with states.json and the parts (one per `train state N` call)")
+    ks.set_defaults(func=_cmd_keep_state)
     u = sub.add_parser("unpack", help="check, reassemble and install what a lease brought back")
     u.add_argument("parts", type=Path, help="folder with train-out.tgz.NNN and train-out.parts.json")
     u.add_argument("--target", default=None, help="converted target (default: cpu-smollm2's)")

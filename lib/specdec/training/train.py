@@ -190,6 +190,18 @@ class Batches:
         pin = self.dev.type == "cuda"
         return {k: (v.pin_memory() if pin else v).to(self.dev, non_blocking=pin) for k, v in out.items()}
 
+    def state(self) -> dict:
+        """Where the batch order stands (:func:`train` keeps it when a cap stops a run)."""
+        return {"rng": self.rng.bit_generator.state, "order": self.order.copy(), "pos": self.pos,
+                "gen": self.gen.get_state() if self.grouped else None}
+
+    def restore(self, st: dict) -> None:
+        """Continue from :meth:`state`: the batches a run stopped there would have drawn next."""
+        self.rng.bit_generator.state = st["rng"]
+        self.order, self.pos = np.asarray(st["order"]), int(st["pos"])
+        if self.grouped:
+            self.gen.set_state(st["gen"])
+
     def in_order(self) -> list[dict]:
         """Every sequence once, in order, in batches of ``batch_size`` (evaluation)."""
         n = len(self.seqs)
@@ -488,6 +500,9 @@ CURVE_POINTS = 4
 #: Where a run's checkpoints go: ``<out_dir>/checkpoints/step000125/`` ... (each a complete
 #: artifact vLLM loads, as :mod:`.export` writes it, with its own manifest).
 CHECKPOINTS = "checkpoints"
+#: Where a run a cap stopped keeps what it needs to go on in a later lease (:func:`train`,
+#: ``resume``): ``<out_root>/_state/<name>.pt``, beside the artifacts, not in one.
+STATE_DIR = "_state"
 
 
 def first_tokens(seqs, n: int = WORKLOAD_TOKENS) -> list:
@@ -541,8 +556,33 @@ def split(seqs, recipe: dict) -> tuple[list, list]:
     return pool[:max(1, round(len(pool) * recipe["data_fraction"]))], seqs[-nval:]
 
 
+def state_path(out_dir: Path) -> Path:
+    """Where :func:`train` keeps the state of the run it writes to ``out_dir``."""
+    return out_dir.parent / STATE_DIR / f"{out_dir.name}.pt"
+
+
+def load_state(path: Path, name: str, recipe: dict, data_sha256: str) -> dict:
+    """A kept state (:func:`train`), refused unless it is this run's: the same artifact, data
+    and training (:func:`recipes.same_training`: the caps and what only costs may differ)."""
+    from .recipes import same_training
+
+    st = torch.load(path, map_location="cpu", weights_only=False)
+    why = [w for w, bad in (
+        (f"artifact {st.get('name')!r}, not {name!r}", st.get("name") != name),
+        (f"data {str(st.get('data_sha256'))[:12]}, not {data_sha256[:12]}",
+         st.get("data_sha256") != data_sha256),
+        ("another recipe", not same_training(st.get("recipe", {}), recipe)),
+        # a cosine schedule is laid over the step cap: going on past it is another schedule
+        (f"its learning-rate schedule is {recipe.get('lr_schedule')!r}, not constant",
+         recipe.get("lr_schedule") != "constant")) if bad]
+    if why:
+        raise ValueError(f"{path}: cannot resume {name} from it: {'; '.join(why)}")
+    return st
+
+
 def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_dir: Path,
-          max_steps: int | None = None, safety_cap_s: float | None = None) -> dict:
+          max_steps: int | None = None, safety_cap_s: float | None = None,
+          resume: Path | None = None) -> dict:
     """Train one artifact to its plateau (or ``max_steps``, or the wall-clock safety cap) and
     export it to ``out_dir``, with a checkpoint at every evaluation; returns its manifest.
 
@@ -551,12 +591,22 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     and at the last step. ``run`` in the manifest: ``stopped_by`` (``plateau``, ``max_steps``
     or ``time_cap``), ``evals`` (every evaluation: step, ``train_s`` (training seconds so far,
     evaluations and exports left out), loss, per-position agreement, ``agreement``, the
-    checkpoint's folder)."""
+    checkpoint's folder).
+
+    A run a cap stopped keeps its state (:func:`state_path`: the trained tensors, the optimiser's
+    state, the batch order's place, the evaluations, the log and the checkpoints' manifests so
+    far), and ``resume`` (such a state, :func:`load_state`) goes on from it: the steps a run not
+    stopped there would have taken (on the CPU bit for bit), ``train_s`` counting on from the
+    state's, the safety cap counting this run's seconds only; ``run.segments`` says where each
+    lease's part began and on what device."""
+    import gzip
+
     from . import export
 
     dev = target.model.device
     torch.manual_seed(recipe["seed"])
     train_seqs, val_seqs = split(seqs, recipe)
+    st = load_state(resume, name, recipe, data_sha256) if resume else None
     kind = KINDS[recipe["kind"]](recipe, target, train_seqs, dev)
     params = [p for p in kind.module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=recipe["lr"], betas=tuple(recipe["betas"]),
@@ -565,6 +615,9 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     cap_s = safety_cap_s if safety_cap_s is not None else recipe["safety_cap_s"]
     for key in OPTIONS:  # a recipe's bad value fails before any work
         option(recipe, key)
+    if st is not None and st["step"] >= steps_cap:
+        raise ValueError(f"{resume}: {name} stopped at step {st['step']}, and the step cap is "
+                         f"{steps_cap}: nothing to go on with")
     if kind.fallback:  # the run records what ran, and a failed compile costs no lease
         recipe = {**recipe, "soft_ce": "eager", "soft_ce_fallback": kind.fallback}
     val_batches, early_batches = (
@@ -576,25 +629,46 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
             "data_fraction": recipe["data_fraction"], "device": str(dev),
             "device_name": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
             "torch": torch.__version__, "target_dtype": str(target.dtype).removeprefix("torch.")}
+    step, before_s = 0, 0.0  # where this run starts: a kept state's step and training seconds
+    evals: list[dict] = []
+    segments = [{"from_step": 0, "device_name": base["device_name"]}]
+    cmans: dict[str, str] = {}  # checkpoint folder -> its manifest, for a later lease's curve
+    if st is not None:
+        with torch.no_grad():
+            for p, saved in zip(params, st["params"], strict=True):
+                p.copy_(saved.to(p.device))
+        opt.load_state_dict(st["optimizer"])
+        torch.set_rng_state(st["torch_rng"])
+        step, before_s, evals = st["step"], st["train_s"], st["evals"]
+        segments = st["segments"] + [{"from_step": step, "device_name": base["device_name"]}]
+        log.write(gzip.decompress(st["log"]).decode())
+        cmans = st["checkpoints"]
+        for folder, text in cmans.items():  # the earlier lease's checkpoints: records, no weights
+            (out_dir / folder).mkdir(parents=True, exist_ok=True)
+            (out_dir / folder / artifacts.MANIFEST).write_text(text)
 
     def emit(rec):
         log.write(json.dumps(rec, sort_keys=True) + "\n")
         log.flush()
 
+    if st is not None:
+        emit({"event": "resume", "step": step, "train_s": before_s, **segments[-1]})
     t0 = time.perf_counter()
     paused = 0.0  # seconds spent evaluating and exporting, left out of train_s
-    evals: list[dict] = []
     # the target's features of the training sequences, once (in train_s: it is training time)
     with target.reading(_store(name, recipe, target, train_seqs)) as store:
         if store is not None:
             base["features_s"] = round(store.seconds, 2)
         it = Batches(train_seqs, recipe["batch_size"], recipe["max_len"], recipe["seed"], dev,
                      grouped=option(recipe, "batching") == "length-grouped", store=store)
+        if st is not None:
+            it.restore(st["batches"])
 
         def evaluation(step: int, scheduled: bool) -> dict:
             nonlocal paused
             t = time.perf_counter()
-            ev = {"step": step, "train_s": round(t - t0 - paused, 2), **evaluate(kind, val_batches)}
+            ev = {"step": step, "train_s": round(before_s + t - t0 - paused, 2),
+                  **evaluate(kind, val_batches)}
             ev["agreement"] = agreement(ev)
             ev["first_tokens"] = {k: v for k, v in evaluate(kind, early_batches).items()
                                   if k.startswith("acc")}
@@ -604,6 +678,7 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
                                      data_sha256, {**base, "steps": step, "checkpoint": True,
                                                    "final_eval": dict(ev)})
                 ev["weights_sha256"] = cman["files"][export.WEIGHTS]
+                cmans[ev["checkpoint"]] = (out_dir / ev["checkpoint"] / artifacts.MANIFEST).read_text()
             emit({"event": "eval", **ev})
             print(f"[train] {name} step {step}: held-out agreement {ev['agreement']:.3f} "
                   f"({agreement(ev['first_tokens']):.3f} on the first {WORKLOAD_TOKENS} tokens), "
@@ -612,9 +687,12 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
             paused += time.perf_counter() - t
             return ev
 
-        evaluation(0, False)
+        if st is None:
+            evaluation(0, False)
         next_eval = recipe["eval_first_step"] or None
-        step, stop = 0, None
+        while next_eval and next_eval <= step:  # a resumed run: the next doubling past its step
+            next_eval *= 2
+        stop = None
         while stop is None:
             lr = _lr(recipe, step, steps_cap)
             for g in opt.param_groups:
@@ -640,9 +718,22 @@ def train(name: str, recipe: dict, target: Target, seqs, data_sha256: str, out_d
     emit({"event": "end", "steps": step, "stopped_by": stop, "train_s": final["train_s"],
           "wall_s": round(wall_s, 2), "device": str(dev), "torch": torch.__version__})
     log.close()
+    segments[-1]["to_step"] = step
     run = {**base, "steps": step, "stopped_by": stop, "train_s": final["train_s"],
            "wall_s": round(wall_s, 2), "safety_cap_s": cap_s, "final_eval": final,
-           "evals": evals}
+           "evals": evals, **({"segments": segments} if st is not None else {})}
+    if stop != "plateau":  # what a later lease needs to go on (evaluations out of the log)
+        keep = state_path(out_dir)
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"format": 1, "name": name, "recipe": recipe, "data_sha256": data_sha256,
+                    "step": step, "train_s": final["train_s"], "evals": evals,
+                    "segments": segments, "checkpoints": cmans,
+                    "params": [p.detach().cpu() for p in params],
+                    "optimizer": opt.state_dict(), "batches": it.state(),
+                    "torch_rng": torch.get_rng_state(),
+                    "log": gzip.compress((out_dir / "train_log.jsonl").read_bytes(), mtime=0)},
+                   keep.with_suffix(".tmp"))
+        keep.with_suffix(".tmp").replace(keep)  # whole or not at all
     return export.export(name, recipe, kind, target, out_dir, data_sha256, run)
 
 
@@ -855,12 +946,12 @@ def replay(profile: str, method: str, artifacts_dir: Path, target_path: Path, va
 
 def train_all(names, target_path: str, data_path: Path, out_root: Path,
               max_steps: int | dict | None = None, deadline: float | None = None,
-              recipes: dict | None = None) -> dict:
+              recipes: dict | None = None, resume: dict | None = None) -> dict:
     """Train the named artifacts in order; returns {name: manifest or error}, a manifest with
     ``curve`` ({``<name>-c<i>``: step}, :func:`.artifacts.curve`) where the run has one. ``deadline``
     (time.time()): no run goes past it, less 30 s (its safety cap is cut to fit; one that would
     start after it is an error, not a run). ``max_steps``: one cap for all, or one per name;
-    ``recipes``: default :data:`recipes.ALL`."""
+    ``recipes``: default :data:`recipes.ALL`; ``resume``: {name: a kept state to go on from}."""
     from .recipes import ALL
 
     recipes = recipes or ALL
@@ -878,7 +969,8 @@ def train_all(names, target_path: str, data_path: Path, out_root: Path,
                     raise TimeoutError("no time left before the deadline")
                 cap = min(cap, left) if cap else left
             steps = max_steps.get(name) if isinstance(max_steps, dict) else max_steps
-            man = done[name] = train(name, r, target, seqs, digest, out_root / name, steps, cap)
+            man = done[name] = train(name, r, target, seqs, digest, out_root / name, steps, cap,
+                                     (resume or {}).get(name))
             if r["data_fraction"] == 1 and r["eval_first_step"]:
                 man["curve"] = artifacts.curve(out_root, name, CURVE_POINTS - 1)  # none for data sizes
             acc = {k: round(v, 3) for k, v in man["run"]["final_eval"].items()
