@@ -347,15 +347,23 @@ def states_out(work: Path) -> dict:
     return index
 
 
+def _send(folder: Path, parts: list[str], index: str, out: Path, n: int, what: str) -> list[str]:
+    """The N-th batch of ``parts`` (:data:`PARTS_PER_CALL`, within one call's 8 files and
+    64 MiB) and their ``index``, from ``folder`` to ``out``."""
+    batch = parts[n * PARTS_PER_CALL:(n + 1) * PARTS_PER_CALL]
+    out.mkdir(parents=True, exist_ok=True)
+    for p in batch + [index]:
+        shutil.copy2(folder / p, out / p)
+    left = len(parts) - (n + 1) * PARTS_PER_CALL
+    print(f"[{what}] {len(batch)} parts to $OUT; {max(0, left)} left", flush=True)
+    return batch
+
+
 def step_state(work: Path, out: Path, n: int) -> list[str]:
     """The N-th batch of the kept states' parts (:func:`states_out`) and their index to ``out``."""
     index = json.loads((work / "state" / STATES).read_text())
-    parts = [p for v in index.values() for p in v["parts"]][n * PARTS_PER_CALL:(n + 1) * PARTS_PER_CALL]
-    out.mkdir(parents=True, exist_ok=True)
-    for p in parts + [STATES]:
-        shutil.copy2(work / "state" / p, out / p)
-    print(f"[state] {len(parts)} parts to $OUT", flush=True)
-    return parts
+    return _send(work / "state", [p for v in index.values() for p in v["parts"]], STATES, out, n,
+                 "state")
 
 
 def step_data(carry: Path, work: Path, max_tokens: int | None = None, limit: int | None = None,
@@ -510,13 +518,7 @@ def step_pack(work: Path, out: Path, names=None) -> dict:
 
 def step_out(work: Path, out: Path, n: int) -> list[str]:
     index = json.loads((work / "parts" / artifacts.PARTS_INDEX).read_text())
-    parts = sorted(index["parts"])[n * PARTS_PER_CALL:(n + 1) * PARTS_PER_CALL]
-    out.mkdir(parents=True, exist_ok=True)
-    for p in parts + [artifacts.PARTS_INDEX]:
-        shutil.copy2(work / "parts" / p, out / p)
-    left = len(index["parts"]) - (n + 1) * PARTS_PER_CALL
-    print(f"[out] {len(parts)} parts to $OUT; {max(0, left)} left", flush=True)
-    return parts
+    return _send(work / "parts", sorted(index["parts"]), artifacts.PARTS_INDEX, out, n, "out")
 
 
 def step_install(carry: Path, work: Path, parts: Path | None = None) -> dict:
