@@ -21,7 +21,7 @@ import pandas as pd
 
 from . import adaptive, protocol, surface, theory
 from .profiles import gpu_model
-from .training.data import PLATEAU
+from .training.data import PLATEAU, SUPERSEDED  # noqa: F401 - acceptance.SUPERSEDED, below
 from .training.recipes import agreement, k_rate, option, same_training, whole_data
 
 #: The two machines that measured the recorded artifacts (data/trained/).
@@ -649,14 +649,14 @@ def model_free_sentence(rank: pd.DataFrame) -> str:
 PLATEAU_RECORDS = PLATEAU
 #: The profiles that measure the plateau artifacts through vLLM (one per GPU model lent).
 PLATEAU_PROFILES = ("h200-plateau", "h100-plateau-v2", "h100-plateau")
-#: Where a training goes once a later lease trains its recipe again, whichever profile measured
-#: it: the rows of its cells (``data/plateau/_superseded/<lease>/<profile>/``, a results root;
-#: they leave ``data/results/``, where the later rows of the same profile replace them cell for
-#: cell) and its records (``data/plateau/_superseded/<lease>/plateau/<artifact>/``). The two
-#: trainings of one recipe then sit side by side: :func:`superseded_measured`,
-#: :func:`plateau_retraining` (their final artifacts), :func:`plateau_equal_steps` (each step
-#: both kept).
-SUPERSEDED = "_superseded"
+# Where a training goes once a later lease trains its recipe again, whichever profile measured
+# it: the rows of its cells (``data/plateau/_superseded/<lease>/<profile>/``, a results root;
+# they leave ``data/results/``, where the later rows of the same profile replace them cell for
+# cell) and its records (``data/plateau/_superseded/<lease>/plateau/<artifact>/``). The two
+# trainings of one recipe then sit side by side: :func:`superseded_measured`,
+# :func:`plateau_retraining` (their final artifacts), :func:`plateau_equal_steps` (each step
+# both kept). ``SUPERSEDED`` (imported above from :mod:`.training.data`, where
+# :mod:`.leases` reads it too) names that folder.
 
 
 def plateau_curves(root: Path | None = None) -> pd.DataFrame:

@@ -34,7 +34,7 @@ import pandas as pd
 import yaml
 
 from . import paths, store
-from .training.data import PLATEAU
+from .training.data import PLATEAU, SUPERSEDED
 
 LEASES_PATH = paths.DATA_DIR / "leases" / "leases.yaml"
 COLUMNS = ["lease", "device", "profile", "commit", "device_held_s", "calls", "cells",
@@ -73,7 +73,7 @@ def _inside(runs: pd.DataFrame, entry: dict) -> pd.Series:
 def kept_elsewhere(name: str, plateau: Path | None = None) -> pd.DataFrame:
     """The rows of profile ``name`` that a later training superseded: kept, with their records,
     in ``data/plateau/_superseded/<lease>/<name>/`` (each a results root), empty if none."""
-    roots = sorted(p for p in (Path(plateau or PLATEAU) / "_superseded").glob(f"*/{name}")
+    roots = sorted(p for p in (Path(plateau or PLATEAU) / SUPERSEDED).glob(f"*/{name}")
                    if p.is_dir())
     runs = [store.load_runs(name, r.parent) for r in roots]
     return pd.concat(runs, ignore_index=True) if runs else pd.DataFrame()

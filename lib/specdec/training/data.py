@@ -37,6 +37,8 @@ HELDOUT = 256
 #: carried to later leases in ``.train-carry`` instead of generated again (265 s on an H100).
 #: The plateau trainings' records (``data/plateau/<artifact>/``, from each lease's records.tgz).
 PLATEAU = paths.DATA_DIR / "plateau"
+#: Where a superseded training's rows and records go (``acceptance.SUPERSEDED`` says how).
+SUPERSEDED = "_superseded"
 DATA_RECORD = PLATEAU / "_data"
 DATA_XZ = "sequences.npz.xz"
 

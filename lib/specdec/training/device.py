@@ -157,13 +157,7 @@ def _target(carry: Path, work: Path) -> Path:
             raise SystemExit(f"{p.name}: sha256 does not match carry.json")
     gdir = work / "gguf"
     gdir.mkdir(parents=True, exist_ok=True)
-    g = gdir / man["gguf"]
-    with open(g, "wb") as fh:
-        for p in parts:
-            fh.write(p.read_bytes())
-    if _sha(g) != man["gguf_sha256"]:
-        raise SystemExit("the reassembled GGUF's sha256 does not match carry.json "
-                         f"({len(parts)} parts present: were all carried?)")
+    g = _join(parts, gdir / man["gguf"], man["gguf_sha256"])
     tmp = work / "target.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -312,7 +306,8 @@ def _join(parts: list[Path], dest: Path, sha256: str) -> Path:
             fh.write(part.read_bytes())
     if _sha(dest) != sha256:
         dest.unlink()
-        raise SystemExit(f"{dest.name}: its parts do not reassemble to sha256 {sha256[:16]}")
+        raise SystemExit(f"{dest.name}: its {len(parts)} parts do not reassemble to sha256 "
+                         f"{sha256[:16]} (were all carried, and whole?)")
     return dest
 
 
