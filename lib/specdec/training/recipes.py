@@ -65,8 +65,10 @@ RECIPES: dict[str, dict] = {
     # EAGLE and the two-layer draft reached the 16000-step cap still gaining (+1.2 and +3.0
     # points of first-64-token agreement over their last doubling; leases 27 and 29): one more
     # doubling is allowed them, so that the plateau rule, not the cap, ends their next run.
+    # EAGLE at 32000 still gained +2.4 (its 1/2, lease 45): one more, 64000 steps (~1730 s on
+    # an H100: two leases, the second going on from the first's state; book/reproduce.md)
     "smollm2-eagle": {**_COMMON, "kind": "eagle", "method": "eagle", "ttt_steps": 3,
-                      "lr": 1e-3, "reg_weight": 1.0, "cls_weight": 0.1, "max_steps": 32000},
+                      "lr": 1e-3, "reg_weight": 1.0, "cls_weight": 0.1, "max_steps": 64000},
     # The full vocabulary: vLLM's truncated-vocabulary path for Medusa (token_map) cannot load
     # in 0.32 nor 0.26 (medusa.py creates ``token_map`` as a Parameter inside load_weights but
     # does not report it loaded; the default loader then raises "Following weights were not
