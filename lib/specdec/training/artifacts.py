@@ -202,6 +202,20 @@ def _strip(art: Path, dest: Path) -> None:
             shutil.copy2(art / f, dest / f)
 
 
+def cut(src: Path, out: Path, stem: str, part_bytes: int) -> list[Path]:
+    """``src`` in parts ``<stem>.000``, ``.001``, ... of at most ``part_bytes`` in ``out``,
+    after removing the parts an earlier cut left there: cut finer before, its surplus parts
+    would be listed in carry.json and reassembled after the new ones."""
+    for old in out.glob(f"{stem}.[0-9][0-9][0-9]"):
+        old.unlink()
+    parts = []
+    with open(src, "rb") as fh:
+        while chunk := fh.read(part_bytes):
+            parts.append(out / f"{stem}.{len(parts):03d}")
+            parts[-1].write_bytes(chunk)
+    return parts
+
+
 def pack(artifacts_root: Path, names, extra: dict[str, Path], out: Path,
          part_bytes: int = PART_BYTES) -> dict:
     """Tar the artifacts (stripped) and ``extra`` files ({arcname: path}) into ``out`` as
@@ -222,17 +236,8 @@ def pack(artifacts_root: Path, names, extra: dict[str, Path], out: Path,
                 if f.is_file():
                     tf.add(f, arcname=str(f.relative_to(stage)))
         index = {"archive": ARCHIVE, "bytes": archive.stat().st_size,
-                 "sha256": sha256_file(archive), "parts": {}}
-        with open(archive, "rb") as fh:
-            i = 0
-            while True:
-                chunk = fh.read(part_bytes)
-                if not chunk:
-                    break
-                name = f"{ARCHIVE}.{i:03d}"
-                (out / name).write_bytes(chunk)
-                index["parts"][name] = hashlib.sha256(chunk).hexdigest()
-                i += 1
+                 "sha256": sha256_file(archive),
+                 "parts": {p.name: sha256_file(p) for p in cut(archive, out, ARCHIVE, part_bytes)}}
     (out / PARTS_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
     return index
 

@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 from . import artifacts, data
+from .artifacts import cut
 from .data import DATA_RECORD, DATA_XZ
 from .recipes import ALL, DATA, OPTIONS, RECIPES, option
 
@@ -66,20 +67,6 @@ def _sha(p: Path) -> str:
 # --------------------------------------------------------------------------- #
 # Here: what travels
 # --------------------------------------------------------------------------- #
-def cut(src: Path, out: Path, stem: str, part_bytes: int) -> list[Path]:
-    """``src`` in parts ``<stem>.000``, ``.001``, ... of at most ``part_bytes`` in ``out``,
-    after removing the parts an earlier cut left there: cut finer before, its surplus parts
-    would be listed in carry.json and reassembled after the new ones."""
-    for old in out.glob(f"{stem}.[0-9][0-9][0-9]"):
-        old.unlink()
-    parts = []
-    with open(src, "rb") as fh:
-        while chunk := fh.read(part_bytes):
-            parts.append(out / f"{stem}.{len(parts):03d}")
-            parts[-1].write_bytes(chunk)
-    return parts
-
-
 def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int = 25_000_000,
                wheel_dir: Path | None = None, resume: list[str] | tuple = (),
                resume_root: Path | None = None) -> dict:
