@@ -223,25 +223,26 @@ def _shift(x, s, fill=0):
     return torch.cat([x[:, s:], pad], 1)
 
 
+def _span(plen, nlen, L: int, s: int):
+    """(B, L): positions i that are decoding positions (i >= plen-1) whose target index i+1+s
+    exists, of sequences padded to ``L``: the one definition of where a loss counts."""
+    i = torch.arange(L, device=plen.device)[None]
+    return (i >= (plen[:, None] - 1)) & (i + 1 + s <= nlen[:, None] - 1)
+
+
 def _mask(b, s):
-    """Positions i that are decoding positions (i >= plen-1) whose target index i+1+s exists."""
-    L = b["ids"].shape[1]
-    i = torch.arange(L, device=b["ids"].device)[None]
-    return (i >= (b["plen"][:, None] - 1)) & (i + 1 + s <= b["nlen"][:, None] - 1)
+    """:func:`_span` of a batch (on its device), at shift ``s``."""
+    return _span(b["plen"], b["nlen"], b["ids"].shape[1], s)
 
 
 def _decoding(plen, nlen, L: int) -> dict:
-    """The positions a loss counts (:func:`_mask` at shift -1: from the last prompt token to
+    """The positions a loss counts (:func:`_span` at shift -1: from the last prompt token to
     the last token) of sequences padded to ``L``, flat and in order (``dec``, indices into
     (B * L)), and each one's sequence (``dseq``): made on the host with the batch, so reading
     them never waits for the GPU. The recipe's ``vocab_rows: decoding`` computes what is as
     wide as the vocabulary there only (:meth:`_Kind.pair`)."""
-    start = (plen - 1).clamp(min=0)
-    n = nlen - start
-    seq = torch.repeat_interleave(torch.arange(len(n)), n)
-    first = torch.repeat_interleave(torch.cumsum(n, 0) - n, n)
-    pos = start[seq] + torch.arange(int(n.sum())) - first
-    return {"dec": seq * L + pos, "dseq": seq}
+    dec = _span(plen, nlen, L, -1).flatten().nonzero().squeeze(1)
+    return {"dec": dec, "dseq": dec // L}
 
 
 def _soft_ce_eager(logits, p, m):
