@@ -643,7 +643,7 @@ def test_a_kept_state_travels_back_stays_in_history_and_is_carried_again(target,
         device.keep_state(calls[:1], tmp_path / "nowhere")
     repo = tmp_path / "repo"
     kept = device.keep_state(calls, repo / "_resume")[NAME]
-    assert kept["step"] == 3 and kept["sha256"] == device._sha(state)
+    assert kept["step"] == 3 and kept["sha256"] == device.sha256_file(state)
 
     def git(*a):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=repo,
@@ -658,12 +658,12 @@ def test_a_kept_state_travels_back_stays_in_history_and_is_carried_again(target,
     carry = tmp_path / "carry"
     carry.mkdir()
     rec = device._kept_state(NAME, tmp_path / "again.pt", repo / "_resume")
-    assert device._sha(tmp_path / "again.pt") == rec["sha256"]
+    assert device.sha256_file(tmp_path / "again.pt") == rec["sha256"]
     parts = device.cut(tmp_path / "again.pt", carry, f"resume-{NAME}.pt", 10_000_000)
     (carry / "carry.json").write_text(json.dumps(
         {"resume": {NAME: {"sha256": rec["sha256"], "parts": [q.name for q in parts]}}}))
     there = device.carried_states(carry, tmp_path / "work2")
-    assert device._sha(there[NAME]) == device._sha(state)
+    assert device.sha256_file(there[NAME]) == device.sha256_file(state)
     again = train.train(NAME, _recipe(plateau_delta=None), target, loaded, digest,
                         tmp_path / "work2" / "artifacts" / NAME, max_steps=4, resume=there[NAME])
     assert again["run"]["segments"][-1] == {"from_step": 3, "device_name": "cpu", "to_step": 4}

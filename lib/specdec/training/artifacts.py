@@ -216,6 +216,19 @@ def cut(src: Path, out: Path, stem: str, part_bytes: int) -> list[Path]:
     return parts
 
 
+def join(parts: list[Path], dest: Path, sha256: str) -> Path:
+    """``parts`` in order as ``dest``, refused (and removed) unless its sha256 is ``sha256``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "wb") as fh:
+        for part in parts:
+            fh.write(part.read_bytes())
+    if sha256_file(dest) != sha256:
+        dest.unlink()
+        raise SystemExit(f"{dest.name}: its {len(parts)} parts do not reassemble to sha256 "
+                         f"{sha256[:16]} (were all carried, and whole?)")
+    return dest
+
+
 def pack(artifacts_root: Path, names, extra: dict[str, Path], out: Path,
          part_bytes: int = PART_BYTES) -> dict:
     """Tar the artifacts (stripped) and ``extra`` files ({arcname: path}) into ``out`` as

@@ -32,7 +32,6 @@ There (``scripts/lease.sh train ...`` runs ``python -m specdec.training.device S
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -43,7 +42,8 @@ import time
 from pathlib import Path
 
 from . import artifacts, data
-from .artifacts import cut
+from ..provenance import sha256_file
+from .artifacts import cut, join
 from .data import DATA_RECORD, DATA_XZ
 from .recipes import ALL, DATA, OPTIONS, RECIPES, option
 
@@ -54,14 +54,6 @@ PARTS_PER_CALL = 4
 #: Kept states, there and here: ``<name>.pt`` cut into ``<name>.pt.NNN`` with this index.
 STATES = "states.json"
 STATE_PART_BYTES = 15_000_000
-
-
-def _sha(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- #
@@ -111,8 +103,8 @@ def make_carry(out: Path, n_train: int = DATA["train_prompts"], part_bytes: int 
                         "parts": [q.name for q in parts]}
     for f in sorted(out.iterdir()):
         if f.name != "carry.json":
-            files[f.name] = _sha(f)
-    man = {"gguf": GGUF, "gguf_sha256": _sha(gguf), "split": meta, "data_recipe": DATA,
+            files[f.name] = sha256_file(f)
+    man = {"gguf": GGUF, "gguf_sha256": sha256_file(gguf), "split": meta, "data_recipe": DATA,
            "target_manifest": json.loads((target / "manifest.json").read_text()),
            "files": files, **({"resume": states} if states else {})}
     (out / "carry.json").write_text(json.dumps(man, indent=2, sort_keys=True))
@@ -140,11 +132,11 @@ def _target(carry: Path, work: Path) -> Path:
     man = json.loads((carry / "carry.json").read_text())
     parts = sorted(carry.glob("target.gguf.*"))
     for p in parts:
-        if _sha(p) != man["files"][p.name]:
+        if sha256_file(p) != man["files"][p.name]:
             raise SystemExit(f"{p.name}: sha256 does not match carry.json")
     gdir = work / "gguf"
     gdir.mkdir(parents=True, exist_ok=True)
-    g = _join(parts, gdir / man["gguf"], man["gguf_sha256"])
+    g = join(parts, gdir / man["gguf"], man["gguf_sha256"])
     tmp = work / "target.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -176,9 +168,9 @@ def target_in_child(carry: Path, work: Path) -> Path:
 RESUME_RECORD = DATA_RECORD.parent / "_resume"
 
 
-def _git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout.strip()
+def _git(*args: str, cwd: Path) -> bytes:
+    """What ``git ARGS`` writes (a blob id kept, a blob read back from history)."""
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True).stdout
 
 
 def keep_state(folders: list[Path], dest: Path = RESUME_RECORD) -> dict:
@@ -198,7 +190,7 @@ def keep_state(folders: list[Path], dest: Path = RESUME_RECORD) -> dict:
             raise SystemExit(f"{name}: parts {', '.join(missing)} not brought back "
                              f"(`scripts/lease.sh train state N`): not kept")
         with tempfile.TemporaryDirectory() as d:
-            whole = _join(found, Path(d) / f"{name}.pt", st["sha256"])
+            whole = join(found, Path(d) / f"{name}.pt", st["sha256"])
             step = int(torch.load(whole, map_location="cpu", weights_only=False)["step"])
         out = dest / name
         shutil.rmtree(out, ignore_errors=True)
@@ -206,7 +198,8 @@ def keep_state(folders: list[Path], dest: Path = RESUME_RECORD) -> dict:
         parts = []
         for f in found:
             shutil.copy2(f, out / f.name)
-            parts.append({"file": f.name, "blob": _git("hash-object", str(out / f.name), cwd=out)})
+            blob = _git("hash-object", str(out / f.name), cwd=out).decode().strip()
+            parts.append({"file": f.name, "blob": blob})
         kept[name] = {"name": name, "sha256": st["sha256"], "bytes": st["bytes"], "step": step,
                       "parts": parts}
         (out / "resume.json").write_text(json.dumps(kept[name], indent=2, sort_keys=True) + "\n")
@@ -231,10 +224,9 @@ def _kept_state(name: str, dest: Path, root: Path = RESUME_RECORD) -> dict:
             f = root / name / q["file"]
             if not f.is_file():  # removed from the tree once committed: from history
                 f = Path(d) / q["file"]
-                f.write_bytes(subprocess.run(["git", "cat-file", "blob", q["blob"]], cwd=root,
-                                             check=True, capture_output=True).stdout)
+                f.write_bytes(_git("cat-file", "blob", q["blob"], cwd=root))
             parts.append(f)
-        _join(parts, dest, rec["sha256"])
+        join(parts, dest, rec["sha256"])
     return rec
 
 
@@ -285,24 +277,11 @@ def carried_data(carry: Path, work: Path) -> Path | None:
     return out
 
 
-def _join(parts: list[Path], dest: Path, sha256: str) -> Path:
-    """``parts`` in order as ``dest``, refused (and removed) unless its sha256 is ``sha256``."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with open(dest, "wb") as fh:
-        for part in parts:
-            fh.write(part.read_bytes())
-    if _sha(dest) != sha256:
-        dest.unlink()
-        raise SystemExit(f"{dest.name}: its {len(parts)} parts do not reassemble to sha256 "
-                         f"{sha256[:16]} (were all carried, and whole?)")
-    return dest
-
-
 def carried_states(carry: Path, work: Path) -> dict[str, Path]:
     """The states carried to go on with (``carry.json``'s ``resume``: ``specdec train carry
     --resume``), each reassembled and checked into ``work/resume/<name>.pt``: {name: path}."""
     man = json.loads((carry / "carry.json").read_text()) if (carry / "carry.json").is_file() else {}
-    return {name: _join([carry / f for f in st["parts"]], work / "resume" / f"{name}.pt",
+    return {name: join([carry / f for f in st["parts"]], work / "resume" / f"{name}.pt",
                         st["sha256"])
             for name, st in sorted(man.get("resume", {}).items())}
 
@@ -318,7 +297,7 @@ def states_out(work: Path) -> dict:
     index = {}
     for f in sorted((work / "artifacts" / STATE_DIR).glob("*.pt")):
         parts = cut(f, dest, f.name, STATE_PART_BYTES)
-        index[f.stem] = {"sha256": _sha(f), "bytes": f.stat().st_size,
+        index[f.stem] = {"sha256": sha256_file(f), "bytes": f.stat().st_size,
                          "parts": [q.name for q in parts]}
     (dest / STATES).write_text(json.dumps(index, indent=2, sort_keys=True))
     n = sum(len(v["parts"]) for v in index.values())
