@@ -657,8 +657,10 @@ def test_the_superseded_eagle_trainings_are_read_with_their_own_records():
     """The committed store: lease 26's EAGLE (time-capped at 7307 steps, checkpoints at 1000,
     2000 and 4000) left data/results/ when lease 27 trained the recipe again, and lease 27's
     (max_steps at 16000; 2000, 4000, 8000) when lease 31 did; each is read from
-    data/plateau/_superseded/<lease>/ with its own records. Lease 27 and 31 trained the same
-    recipe on the same data on two H100s: their checkpoints at equal steps are one file."""
+    data/plateau/_superseded/<lease>/ with its own records, and lease 31's (max_steps at 32000)
+    when lease 47 did. Lease 27 and 31 trained the same recipe on the same data on two H100s:
+    their checkpoints at equal steps are one file; lease 47's (``vocab_rows: decoding``, the same
+    sums in another order) are other files at every step."""
     e = acceptance.superseded_measured()
     eagle = e[e["run"] == "smollm2-eagle"]
     assert not eagle["latest"].any()
@@ -667,12 +669,17 @@ def test_the_superseded_eagle_trainings_are_read_with_their_own_records():
     assert sorted(by.get_group("2026-12-06-h100-27")["step"]) == [2000, 4000, 8000, 16000]
     assert set(by.get_group("2026-12-05-h100-26")["stopped by"]) == {"time_cap"}
     assert set(by.get_group("2026-12-06-h100-27")["stopped by"]) == {"max_steps"}
+    assert sorted(by.get_group("2026-12-06-h100-31")["step"]) == [4000, 8000, 16000, 32000]
     root = acceptance.PLATEAU_RECORDS
-    sha = [{json.loads((d / "checkpoints" / f"step{s:06d}" / "manifest.json").read_text())
-            ["files"]["model.safetensors"] for d in (
-                root / acceptance.SUPERSEDED / "2026-12-06-h100-27" / "plateau" / "smollm2-eagle",
-                root / "smollm2-eagle")} for s in (4000, 8000, 16000)]
-    assert [len(s) for s in sha] == [1, 1, 1]
+    old = [root / acceptance.SUPERSEDED / lease / "plateau" / "smollm2-eagle"
+           for lease in ("2026-12-06-h100-27", "2026-12-06-h100-31")]
+
+    def sha(d, s):
+        return json.loads((d / "checkpoints" / f"step{s:06d}" / "manifest.json").read_text()
+                          )["files"]["model.safetensors"]
+    steps = (4000, 8000, 16000)
+    assert [len({sha(d, s) for d in old}) for s in steps] == [1, 1, 1]
+    assert all(sha(root / "smollm2-eagle", s) != sha(old[1], s) for s in steps)
 
 
 def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tmp_path):
@@ -938,3 +945,50 @@ def test_rule_noise_sets_two_trainings_of_one_recipe_side_by_side(tmp_path):
         "from 250 on: the first-64-token agreement the rule watches differed by 0.0 points in "
         "the median and by at most 3.0 at the same step, against the rule's threshold of 1 "
         "point over a doubling")
+
+
+def test_data_sizes_are_compared_on_the_workloads_every_size_measured(tmp_path):
+    """A whole-data run measured on fewer workloads than its part (lease 47's EAGLE: HumanEval
+    only): every size's mean is over the workloads they share, and the sentence says which."""
+    _plateau_records(tmp_path, stopped_by="plateau")
+    man = json.loads((tmp_path / "smollm2-eagle3" / "manifest.json").read_text())
+    man["run"]["train_sequences"] = 2000
+    (tmp_path / "smollm2-eagle3" / "manifest.json").write_text(json.dumps(man))
+    half = json.loads(json.dumps(man))
+    half["artifact"] = "smollm2-eagle3-data1of2"
+    half["run"].update(data_fraction=0.5, train_sequences=1000, steps=500)
+    half["run"]["evals"] = [e for e in half["run"]["evals"] if e["step"] <= 500]
+    (tmp_path / "smollm2-eagle3-data1of2").mkdir()
+    (tmp_path / "smollm2-eagle3-data1of2" / "manifest.json").write_text(json.dumps(half))
+    whole = _plateau_summary()
+    whole = whole[~((whole["draft"] == "smollm2-eagle3") & (whole["workload"] == "humaneval"))]
+    summary = pd.concat([whole, pd.DataFrame(
+        [_row("h100-plateau", "eagle3-data1of2", 4, wl, 0.0, r, [0.5, 0.3, 0.2, 0.1],
+              draft="smollm2-eagle3-data1of2") for wl, r in (("mtbench", 0.2), ("humaneval", 0.16))])],
+        ignore_index=True)
+    measured = acceptance.plateau_measured(summary, tmp_path)
+    sizes = acceptance.plateau_data_sizes(measured, acceptance.plateau_curves(tmp_path))
+    assert sizes["vLLM: mean"].tolist() == pytest.approx([0.2, 0.3])  # mtbench, not 0.18
+    assert set(sizes["workloads"]) == {"mtbench"}
+    said = acceptance.data_size_sentence(sizes)
+    assert "(on mtbench only: the workloads every size measured)" in said
+    assert "+10.0 points" in said
+
+
+def test_a_capped_earlier_training_against_a_later_one_the_rule_stopped_first():
+    """The retraining sentence: an earlier run a cap stopped after more steps than the later
+    run's plateau rule allowed is not 'what training further bought' (lease 31 against 47)."""
+    rep = pd.DataFrame([{"run": "smollm2-eagle", "earlier": "p", "later": "p",
+                         "earlier steps": e, "later steps": 16000,
+                         "earlier stopped by": "max_steps", "later stopped by": "plateau",
+                         "workloads": "humaneval", "earlier acceptance": 0.28,
+                         "later acceptance": 0.249, "difference": -0.031,
+                         "a retraining": False, "within tolerance": None}
+                        for e in (32000, 16000, 8000)])
+    said = acceptance.plateau_retraining_sentence(rep).split("; eagle: ")
+    assert said[0].endswith("after more steps than the later one's plateau rule allowed: the "
+                            "difference is what those further steps bought, not a reproduction")
+    assert said[1].endswith("at the step where the later one's plateau rule stopped it: the "
+                            "same budget, outside the ±3 points of a reproduction")
+    assert said[2].endswith("so the difference is what training further bought, not a "
+                            "reproduction")

@@ -854,6 +854,18 @@ def plateau_data_sizes(measured: pd.DataFrame, curves: pd.DataFrame) -> pd.DataF
         wl = [c for c in measured.columns if c.startswith("vLLM: ")]
         m = measured[measured["latest"] & (measured["artifact"] == measured["run"])]
         out = out.merge(m[["artifact"] + wl], on="artifact", how="left")
+        # every size of a run set against the others on the workloads all its measured sizes
+        # on the curve share: a mean over fewer workloads is not the others' (lease 47's EAGLE,
+        # HumanEval only); a part off the curve, over what it measured of those
+        each = [c for c in wl if c != "vLLM: mean"]
+        out["workloads"] = ""
+        for _, idx in out.groupby("run").groups.items():
+            g = out.loc[idx, each]
+            had = g.index[g.notna().any(axis=1)]
+            on = had.intersection(out.index[out["on the curve"]])
+            shared = [c for c in each if g.loc[on, c].notna().all()]
+            out.loc[had, "vLLM: mean"] = g.loc[had, shared].mean(axis=1) if shared else np.nan
+            out.loc[idx, "workloads"] = ", ".join(c.removeprefix("vLLM: ") for c in shared)
     return out.sort_values(["run", "data fraction"]).reset_index(drop=True)
 
 
@@ -945,6 +957,10 @@ def data_size_sentence(sizes: pd.DataFrame, runs=()) -> str:
                 f"training sequences: {acc} through vLLM (held-out agreement over the first 64 "
                 f"tokens {' / '.join(f'{v:.1%}' for v in meas['first-64 agreement'])}), "
                 f"{'each' if len(stops) == 1 else 'runs'} stopped by {' or '.join(stops)}")
+        every = [c for c in g.columns if c.startswith("vLLM: ") and c != "vLLM: mean"]
+        shared = g["workloads"].iloc[0] if len(meas) and "workloads" in g else ""
+        if shared and len(shared.split(", ")) < len(every):
+            head += f" (on {shared} only: the workloads every size measured)"
         if run in gains.index:
             gain = gains.loc[run]
             head += (f"; the whole data against its 1/{round(1 / gain['smallest'])}: "
@@ -1266,9 +1282,19 @@ def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
             parts.append(f"{head}, {'within' if r['within tolerance'] else 'outside'} the "
                          f"±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
         elif r["earlier stopped by"] != "plateau":
-            parts.append(f"{head}; the earlier run was stopped by "
-                         f"{stop_label(r['earlier stopped by'])}, so the difference is "
-                         "what training further bought, not a reproduction")
+            why = f"{head}; the earlier run was stopped by {stop_label(r['earlier stopped by'])}"
+            later = stop_label(r["later stopped by"]) + (" rule" if r["later stopped by"] == "plateau" else "")
+            if r["later steps"] > r["earlier steps"]:
+                parts.append(f"{why}, so the difference is what training further bought, not a "
+                             "reproduction")
+            elif r["later steps"] == r["earlier steps"]:
+                parts.append(f"{why} at the step where the later one's {later} stopped it: "
+                             "the same budget, "
+                             f"{'within' if abs(r['difference']) <= REPRODUCTION_TOLERANCE else 'outside'}"
+                             f" the ±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
+            else:  # the later run's rule or cap stopped it first (lease 47's EAGLE)
+                parts.append(f"{why} after more steps than the later one's {later} allowed: "
+                             "the difference is what those further steps bought, not a reproduction")
         else:
             parts.append(f"{head}; not the same training (its data or its recipe changed), so "
                          "not a reproduction")
