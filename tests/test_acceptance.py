@@ -944,7 +944,24 @@ def test_rule_noise_sets_two_trainings_of_one_recipe_side_by_side(tmp_path):
         "1 pair of trainings of one recipe on the same data, evaluated at 3 steps both reached "
         "from 250 on: the first-64-token agreement the rule watches differed by 0.0 points in "
         "the median and by at most 3.0 at the same step, against the rule's threshold of 1 "
-        "point over a doubling")
+        "point over a doubling; over a doubling, the gain the rule reads differed by 1.5 points "
+        "in the median and by at most 3.0 between the two trainings of a pair, and the rule's "
+        "verdict never differed between them")
+    # what the rule acts on: the gain over a doubling in each training; an earlier training
+    # that gained under the threshold where the later gained over it split the verdict
+    g = acceptance.doubling_gains(noise)
+    assert g[["from", "to"]].values.tolist() == [[250, 500], [500, 1000]]
+    assert (g["earlier gain"] - g["later gain"]).tolist() == pytest.approx([0.0, 3.0])
+    assert not g["split"].any()
+    at = noise.set_index("step")
+    rise = 100 * (at.loc[1000, "later"] - at.loc[500, "later"])
+    assert rise >= 1  # the later training's gain over the threshold
+    low = noise.assign(earlier=noise["earlier"].where(  # the earlier's: half a point
+        noise["step"] != 1000, at.loc[500, "earlier"] + 0.005))
+    assert acceptance.doubling_gains(low)["split"].tolist() == [False, True]
+    assert acceptance.rule_noise_sentence(low).endswith(
+        f"and the rule's verdict differed: eagle3 from 500 to 1000 steps gained {rise:+.1f} "
+        "points in its latest training and +0.5 in lease lease-a's")
 
 
 def test_data_sizes_are_compared_on_the_workloads_every_size_measured(tmp_path):
