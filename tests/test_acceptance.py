@@ -1009,3 +1009,29 @@ def test_a_capped_earlier_training_against_a_later_one_the_rule_stopped_first():
                             "same budget, outside the ±3 points of a reproduction")
     assert said[2].endswith("so the difference is what training further bought, not a "
                             "reproduction")
+
+
+def test_the_short_answer_names_a_training_that_went_on_where_the_rule_stopped_another():
+    """Lease 47's EAGLE: the rule stopped it at 16000 steps (+0.6 over its last doubling) where
+    lease 31's training of the recipe gained +1.2 and went on to 32000: the short answer sets
+    the two side by side on the workloads both measured; lease 27's (stopped at 16000 too by
+    its step cap) went no further and is not named; no split, no sentence."""
+    noise = pd.DataFrame(
+        [{"run": "smollm2-eagle", "earlier lease": lease, "step": s, "earlier": e,
+          "later": la, "difference": 100 * (la - e), "threshold": 1.0}
+         for lease in ("L27", "L31")
+         for s, e, la in ((8000, 0.569, 0.572), (16000, 0.581, 0.578))])
+    measured = pd.DataFrame([{"latest": True, "artifact": "smollm2-eagle", "step": 16000,
+                              "vLLM: humaneval": 0.249, "vLLM: mtbench": np.nan}])
+    earlier = pd.DataFrame([{"lease": lease, "artifact": "smollm2-eagle", "step": step,
+                             "stopped by": "max_steps", "vLLM: humaneval": he,
+                             "vLLM: mtbench": 0.23}
+                            for lease, step, he in (("L27", 16000, 0.257), ("L31", 32000, 0.28))])
+    assert acceptance.rule_split_sentence(noise, measured, earlier) == (
+        "The rule's verdict is firm to a doubling, not exactly: eagle's latest training stopped "
+        "at 16000 steps (+0.6 points over its last doubling), where lease L31's training of its "
+        "recipe gained +1.2 and went on to 32000 steps (step cap): 28.0% there against 24.9% on "
+        "humaneval through vLLM.")
+    alike = noise.assign(later=noise["earlier"])
+    assert acceptance.rule_split_sentence(alike, measured, earlier) == ""
+    assert acceptance.rule_split_sentence(noise, measured, earlier.iloc[:1]) == ""

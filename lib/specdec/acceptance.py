@@ -1267,6 +1267,37 @@ def rule_noise_sentence(noise: pd.DataFrame) -> str:
         for (run, a, b, la, e), g in split.groupby(key, sort=False))
 
 
+def rule_split_sentence(noise: pd.DataFrame, measured: pd.DataFrame,
+                        earlier: pd.DataFrame) -> str:
+    """The short answer's caveat from :func:`doubling_gains`: where the rule stopped a recipe's
+    latest training at a doubling that an earlier training of it (:func:`superseded_measured`)
+    passed and trained beyond, how far that one got through vLLM beside the latest, on the
+    workloads both measured; empty where no verdict differed so."""
+    gains = doubling_gains(noise) if not noise.empty else pd.DataFrame()
+    if gains.empty or earlier.empty or measured.empty:
+        return ""
+    parts = []
+    for run, g in gains[gains["split"] & (gains["later gain"] < gains["threshold"])].groupby("run"):
+        now = measured[measured["latest"] & (measured["artifact"] == run)]
+        went = earlier[earlier["lease"].isin(g["earlier lease"]) & (earlier["artifact"] == run)
+                       & (earlier["step"] > g["to"].max())]
+        if now.empty or went.empty:
+            continue
+        a, b = now.iloc[0], went.sort_values("step").iloc[-1]
+        r = g[g["earlier lease"] == b["lease"]].iloc[-1]
+        wl = [c for c in now.columns if c.startswith("vLLM: ") and c != "vLLM: mean"
+              and pd.notna(a[c]) and pd.notna(b.get(c))]
+        if wl:
+            parts.append(f"{_run_label(run)}'s latest training stopped at {r['to']} steps "
+                         f"({r['later gain']:+.1f} points over its last doubling), where lease "
+                         f"{b['lease']}'s training of its recipe gained {r['earlier gain']:+.1f} "
+                         f"and went on to {int(b['step'])} steps ({stop_label(b['stopped by'])}): "
+                         f"{b[wl].mean():.1%} there against {a[wl].mean():.1%} on "
+                         f"{', '.join(w.removeprefix('vLLM: ') for w in wl)} through vLLM")
+    return ("The rule's verdict is firm to a doubling, not exactly: " + "; ".join(parts) + "."
+            if parts else "")
+
+
 def _run_label(run: str) -> str:
     """A plateau run as the sentences name it: its recipe without the target's prefix
     (``smollm2-draft-l2`` -> ``draft-l2``; the two drafts share one vLLM method)."""
