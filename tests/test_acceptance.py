@@ -682,10 +682,9 @@ def test_the_superseded_eagle_trainings_are_read_with_their_own_records():
     assert all(sha(root / "smollm2-eagle", s) != sha(old[1], s) for s in steps)
 
 
-def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tmp_path):
-    """A run trained on half its data (<run>-data1of2, to its own plateau) is a point of the
-    run's data-size curve with the whole-data run, vLLM's acceptance where measured; the short
-    answer and the learning curves name the whole-data run only."""
+def _whole_and_half(tmp_path):
+    """The plateau records with EAGLE-3's whole data (2000 sequences, 1000 steps) and its half
+    (``smollm2-eagle3-data1of2``: 1000 sequences, 500 steps, its plateau); the half's manifest."""
     _plateau_records(tmp_path, stopped_by="plateau")
     man = json.loads((tmp_path / "smollm2-eagle3" / "manifest.json").read_text())
     man["run"]["train_sequences"] = 2000
@@ -696,6 +695,14 @@ def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tm
     half["run"]["evals"] = [e for e in half["run"]["evals"] if e["step"] <= 500]
     (tmp_path / "smollm2-eagle3-data1of2").mkdir()
     (tmp_path / "smollm2-eagle3-data1of2" / "manifest.json").write_text(json.dumps(half))
+    return half
+
+
+def test_a_data_size_curve_beside_the_whole_data_run_and_off_the_short_answer(tmp_path):
+    """A run trained on half its data (<run>-data1of2, to its own plateau) is a point of the
+    run's data-size curve with the whole-data run, vLLM's acceptance where measured; the short
+    answer and the learning curves name the whole-data run only."""
+    half = _whole_and_half(tmp_path)
     summary = pd.concat([_plateau_summary(), pd.DataFrame(
         [_row("h100-plateau", "eagle3-data1of2", 4, wl, 0.0, r, [0.5, 0.3, 0.2, 0.1],
               draft="smollm2-eagle3-data1of2") for wl, r in (("mtbench", 0.2), ("humaneval", 0.16))])],
@@ -967,16 +974,7 @@ def test_rule_noise_sets_two_trainings_of_one_recipe_side_by_side(tmp_path):
 def test_data_sizes_are_compared_on_the_workloads_every_size_measured(tmp_path):
     """A whole-data run measured on fewer workloads than its part (lease 47's EAGLE: HumanEval
     only): every size's mean is over the workloads they share, and the sentence says which."""
-    _plateau_records(tmp_path, stopped_by="plateau")
-    man = json.loads((tmp_path / "smollm2-eagle3" / "manifest.json").read_text())
-    man["run"]["train_sequences"] = 2000
-    (tmp_path / "smollm2-eagle3" / "manifest.json").write_text(json.dumps(man))
-    half = json.loads(json.dumps(man))
-    half["artifact"] = "smollm2-eagle3-data1of2"
-    half["run"].update(data_fraction=0.5, train_sequences=1000, steps=500)
-    half["run"]["evals"] = [e for e in half["run"]["evals"] if e["step"] <= 500]
-    (tmp_path / "smollm2-eagle3-data1of2").mkdir()
-    (tmp_path / "smollm2-eagle3-data1of2" / "manifest.json").write_text(json.dumps(half))
+    half = _whole_and_half(tmp_path)
     whole = _plateau_summary()
     whole = whole[~((whole["draft"] == "smollm2-eagle3") & (whole["workload"] == "humaneval"))]
     summary = pd.concat([whole, pd.DataFrame(
