@@ -1019,17 +1019,17 @@ def test_the_short_answer_names_a_training_that_went_on_where_the_rule_stopped_a
           "later": la, "difference": 100 * (la - e), "threshold": 1.0}
          for lease in ("L27", "L31")
          for s, e, la in ((8000, 0.569, 0.572), (16000, 0.581, 0.578))])
-    measured = pd.DataFrame([{"latest": True, "artifact": "smollm2-eagle", "step": 16000,
-                              "vLLM: humaneval": 0.249, "vLLM: mtbench": np.nan}])
-    earlier = pd.DataFrame([{"lease": lease, "artifact": "smollm2-eagle", "step": step,
-                             "stopped by": "max_steps", "vLLM: humaneval": he,
-                             "vLLM: mtbench": 0.23}
-                            for lease, step, he in (("L27", 16000, 0.257), ("L31", 32000, 0.28))])
-    assert acceptance.rule_split_sentence(noise, measured, earlier) == (
+    rep = pd.DataFrame([{"run": "smollm2-eagle", "earlier lease": lease, "earlier steps": step,
+                         "later steps": 16000, "earlier stopped by": "max_steps",
+                         "later stopped by": "plateau", "workloads": "humaneval",
+                         "earlier acceptance": he, "later acceptance": 0.249}
+                        for lease, step, he in (("L27", 16000, 0.257), ("L31", 32000, 0.28))])
+    gains = acceptance.doubling_gains(noise)
+    assert acceptance.rule_split_sentence(gains, rep) == (
         "The rule's verdict is firm to a doubling, not exactly: eagle's latest training stopped "
         "at 16000 steps (+0.6 points over its last doubling), where lease L31's training of its "
         "recipe gained +1.2 and went on to 32000 steps (step cap): 28.0% there against 24.9% on "
         "humaneval through vLLM.")
     alike = noise.assign(later=noise["earlier"])
-    assert acceptance.rule_split_sentence(alike, measured, earlier) == ""
-    assert acceptance.rule_split_sentence(noise, measured, earlier.iloc[:1]) == ""
+    assert acceptance.rule_split_sentence(acceptance.doubling_gains(alike), rep) == ""
+    assert acceptance.rule_split_sentence(gains, rep.iloc[:1]) == ""

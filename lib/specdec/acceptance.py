@@ -1140,13 +1140,14 @@ def plateau_retraining(measured: pd.DataFrame, earlier: pd.DataFrame,
     whether it lies within :data:`REPRODUCTION_TOLERANCE`, a check only where the two records
     are one training and both were stopped by the plateau rule; otherwise what the second
     training bought."""
-    cols = ["run", "method", "earlier", "later", "earlier steps", "later steps",
+    cols = ["run", "method", "earlier", "later", "earlier lease", "earlier steps", "later steps",
             "earlier stopped by", "later stopped by", "workloads", "earlier acceptance",
             "later acceptance", "difference", "a retraining", "within tolerance"]
     rows = []
     for a, b, both, ea, la, one in _paired(measured, earlier, Path(root or PLATEAU_RECORDS), True):
         retrain = a["stopped by"] == b["stopped by"] == "plateau" and one
         rows.append({"run": a["run"], "method": b["method"], "earlier": a["campaign"],
+                     "earlier lease": a["lease"],
                      "later": b["campaign"], "earlier steps": a["step"], "later steps": b["step"],
                      "earlier stopped by": a["stopped by"], "later stopped by": b["stopped by"],
                      "workloads": ", ".join(w.removeprefix("vLLM: ") for w in both),
@@ -1267,33 +1268,27 @@ def rule_noise_sentence(noise: pd.DataFrame) -> str:
         for (run, a, b, la, e), g in split.groupby(key, sort=False))
 
 
-def rule_split_sentence(noise: pd.DataFrame, measured: pd.DataFrame,
-                        earlier: pd.DataFrame) -> str:
+def rule_split_sentence(gains: pd.DataFrame, rep: pd.DataFrame) -> str:
     """The short answer's caveat from :func:`doubling_gains`: where the rule stopped a recipe's
-    latest training at a doubling that an earlier training of it (:func:`superseded_measured`)
-    passed and trained beyond, how far that one got through vLLM beside the latest, on the
-    workloads both measured; empty where no verdict differed so."""
-    gains = doubling_gains(noise) if not noise.empty else pd.DataFrame()
-    if gains.empty or earlier.empty or measured.empty:
+    latest training at a doubling that an earlier training of it passed and trained beyond,
+    how far that one got through vLLM beside the latest (the pair as :func:`plateau_retraining`
+    sets it, on the workloads both measured); empty where no verdict differed so."""
+    if gains.empty or rep.empty:
         return ""
     parts = []
     for run, g in gains[gains["split"] & (gains["later gain"] < gains["threshold"])].groupby("run"):
-        now = measured[measured["latest"] & (measured["artifact"] == run)]
-        went = earlier[earlier["lease"].isin(g["earlier lease"]) & (earlier["artifact"] == run)
-                       & (earlier["step"] > g["to"].max())]
-        if now.empty or went.empty:
+        went = rep[(rep["run"] == run) & rep["earlier lease"].isin(g["earlier lease"])
+                   & (rep["earlier steps"] > g["to"].max())]
+        if went.empty:
             continue
-        a, b = now.iloc[0], went.sort_values("step").iloc[-1]
-        r = g[g["earlier lease"] == b["lease"]].iloc[-1]
-        wl = [c for c in now.columns if c.startswith("vLLM: ") and c != "vLLM: mean"
-              and pd.notna(a[c]) and pd.notna(b.get(c))]
-        if wl:
-            parts.append(f"{_run_label(run)}'s latest training stopped at {r['to']} steps "
-                         f"({r['later gain']:+.1f} points over its last doubling), where lease "
-                         f"{b['lease']}'s training of its recipe gained {r['earlier gain']:+.1f} "
-                         f"and went on to {int(b['step'])} steps ({stop_label(b['stopped by'])}): "
-                         f"{b[wl].mean():.1%} there against {a[wl].mean():.1%} on "
-                         f"{', '.join(w.removeprefix('vLLM: ') for w in wl)} through vLLM")
+        b = went.sort_values("earlier steps").iloc[-1]
+        r = g[g["earlier lease"] == b["earlier lease"]].iloc[-1]
+        parts.append(f"{_run_label(run)}'s latest training stopped at {r['to']} steps "
+                     f"({r['later gain']:+.1f} points over its last doubling), where lease "
+                     f"{b['earlier lease']}'s training of its recipe gained {r['earlier gain']:+.1f} "
+                     f"and went on to {int(b['earlier steps'])} steps "
+                     f"({stop_label(b['earlier stopped by'])}): {b['earlier acceptance']:.1%} "
+                     f"there against {b['later acceptance']:.1%} on {b['workloads']} through vLLM")
     return ("The rule's verdict is firm to a doubling, not exactly: " + "; ".join(parts) + "."
             if parts else "")
 
