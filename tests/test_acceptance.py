@@ -969,6 +969,9 @@ def test_rule_noise_sets_two_trainings_of_one_recipe_side_by_side(tmp_path):
     assert acceptance.rule_noise_sentence(low).endswith(
         f"and the rule's verdict differed: eagle3 from 500 to 1000 steps gained {rise:+.1f} "
         "points in its latest training and +0.5 in lease lease-a's")
+    # a pair equal at every step is counted, in the singular where it is one
+    same = noise.assign(earlier=noise["later"], difference=0.0)
+    assert " (1 pair identical at every step)," in acceptance.rule_noise_sentence(same)
 
 
 def test_data_sizes_are_compared_on_the_workloads_every_size_measured(tmp_path):

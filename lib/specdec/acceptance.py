@@ -1247,7 +1247,7 @@ def rule_noise_sentence(noise: pd.DataFrame) -> str:
             f"{len(noise)} steps both reached from {int(noise['step'].min())} on: the "
             f"first-64-token agreement the rule watches differed by {d.median():.1f} points in "
             f"the median and by at most {d.max():.1f} at the same step"
-            + (f" ({same} pairs identical at every step)" if same else "")
+            + (f" ({same} pair{'' if same == 1 else 's'} identical at every step)" if same else "")
             + (f", against the rule's threshold of {limits} point{'' if limits == '1' else 's'}"
                " over a doubling" if limits else ""))
     gains = doubling_gains(noise)
