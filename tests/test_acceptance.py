@@ -435,6 +435,50 @@ def test_plateau_curves_and_what_vllm_measured_side_by_side(tmp_path):
     assert m.loc["smollm2-eagle3", "step"] == 1000 and m.loc["smollm2-eagle3-c1", "step"] == 250
 
 
+def test_plateau_retraining_summary_and_table_count_each_kind_of_pair():
+    """The chapter leads its retraining check with a summary and a table: the reproduction
+    checks (one training, both stopped by the plateau rule) apart from the pairs a cap or a
+    change of recipe makes no check, bit-identical only where every step both kept has one
+    sha256, and each verdict in the table."""
+    rep = pd.DataFrame([
+        # run, earlier lease, steps, stopped by, a retraining, within, difference
+        ("smollm2-eagle", "L1", 16000, 16000, "plateau", "plateau", True, True, 0.0),
+        ("smollm2-medusa", "L2", 1000, 1000, "plateau", "plateau", True, False, 0.04),
+        ("smollm2-draft-l2", "L3", 2730, 50255, "time_cap", "time_cap", False, None, 0.113),
+        ("smollm2-eagle3", "L4", 8000, 8000, "plateau", "plateau", False, None, 0.01),
+    ], columns=["run", "earlier lease", "earlier steps", "later steps", "earlier stopped by",
+                "later stopped by", "a retraining", "within tolerance", "difference"]).assign(
+        workloads="humaneval", **{"earlier acceptance": 0.2, "later acceptance": 0.21})
+    eq = pd.DataFrame([
+        ("smollm2-eagle", "L1", 8000, True, True, True, 0.001),
+        ("smollm2-eagle", "L1", 16000, True, True, True, 0.0),
+        ("smollm2-medusa", "L2", 1000, True, False, False, 0.04),
+        ("smollm2-eagle3", "L4", 8000, False, None, None, 0.01),
+    ], columns=["run", "earlier lease", "step", "one training", "within tolerance",
+                "same weights", "difference"])
+    assert acceptance.plateau_retraining_summary(rep, eq) == (
+        "4 runs were trained in two or more leases: 4 pairs of final artifacts; in the 2 pairs "
+        "that are one training stopped twice by the plateau rule, the finals differ through vLLM "
+        "by at most 4.0 points (1 of 2 within the ±3 points of a reproduction), 1 of them with "
+        "bit-identical weights. At equal steps, whatever stopped either run, 2 of 3 comparisons "
+        "lie within the ±3 points (the largest difference 4.0 points). In 1 pair a cap stopped "
+        "the earlier run, so its difference (+11.3 points) is what the other number of steps "
+        "bought, not a reproduction. 1 other pair is not one training (other data or recipe) or "
+        "had its later run capped: no reproduction check.")
+    t = acceptance.plateau_retraining_table(rep, eq)
+    assert list(t["verdict"]) == [
+        "reproduced (within ±3), bit-identical", "outside ±3",
+        "not a check: earlier run stopped by time cap", "not a check: another training"]
+    assert list(t["steps"])[2] == "2730 → 50255" and list(t["run"])[0] == "eagle"
+    assert list(t["stopped by"])[2] == "time cap → time cap"
+    assert list(t["difference (points)"]) == pytest.approx([0.0, 4.0, 11.3, 1.0])
+    # one step of a pair with other weights: not bit-identical
+    eq.loc[0, "same weights"] = False
+    assert acceptance.plateau_retraining_table(rep, eq)["verdict"].iloc[0] == "reproduced (within ±3)"
+    assert acceptance.plateau_retraining_summary(pd.DataFrame(), eq).startswith("no recipe")
+    assert acceptance.plateau_retraining_table(pd.DataFrame(), eq).empty
+
+
 def test_a_repeated_training_keeps_its_earlier_rows_with_their_record(tmp_path):
     """A later lease trains a recipe again: the earlier training's rows read the record moved
     with them to _superseded/<lease>/ (not the latest one), are not the latest, stay off the

@@ -1363,6 +1363,89 @@ def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def _bit_identical(eq: pd.DataFrame) -> set:
+    """The (run, earlier lease) pairs of :func:`plateau_equal_steps` whose weights are the same
+    file at every step both kept."""
+    if eq.empty:
+        return set()
+    return {k for k, g in eq.groupby(["run", "earlier lease"]) if g["same weights"].eq(True).all()}
+
+
+def plateau_retraining_summary(rep: pd.DataFrame, eq: pd.DataFrame) -> str:
+    """The retraining check in two sentences, before its table (:func:`plateau_retraining_table`):
+    how many pairs of final artifacts, how many were a reproduction check (one training, both
+    runs stopped by the plateau rule: :func:`plateau_retraining`), how far apart their finals
+    read through vLLM, how many are bit-identical, the comparisons at equal steps
+    (:func:`plateau_equal_steps`), and what the other pairs are."""
+    if rep.empty:
+        return "no recipe has been trained to its plateau twice yet"
+    tol = f"±{100 * REPRODUCTION_TOLERANCE:.0f} points"
+    checks = rep[rep["a retraining"]]
+    same = _bit_identical(eq)
+    out = [f"{rep['run'].nunique()} runs were trained in two or more leases: "
+           f"{len(rep)} pairs of final artifacts"]
+    if len(checks):
+        n_in = int(checks["within tolerance"].sum())
+        n_same = sum((r, le) in same for r, le in zip(checks["run"], checks["earlier lease"]))
+        out.append(f"in the {len(checks)} pairs that are one training stopped twice by the plateau "
+                   f"rule, the finals differ through vLLM by at most "
+                   f"{100 * checks['difference'].abs().max():.1f} points "
+                   f"({'all' if n_in == len(checks) else f'{n_in} of {len(checks)}'} within the "
+                   f"{tol} of a reproduction), {n_same} of them with bit-identical weights")
+    text = "; ".join(out) + "."
+    if not eq.empty:
+        one = eq[eq["one training"].astype(bool)]
+        if len(one):
+            n_in = int(one["within tolerance"].sum())
+            text += (f" At equal steps, whatever stopped either run, {n_in} of {len(one)} "
+                     f"comparisons lie within the {tol} (the largest difference "
+                     f"{100 * one['difference'].abs().max():.1f} points).")
+    capped = rep[~rep["a retraining"] & (rep["earlier stopped by"] != "plateau")]
+    if len(capped) == 1:
+        text += (f" In 1 pair a cap stopped the earlier run, so its difference "
+                 f"({100 * capped['difference'].iloc[0]:+.1f} points) is what the other number "
+                 "of steps bought, not a reproduction.")
+    elif len(capped):
+        text += (f" In {len(capped)} pairs a cap stopped the earlier run, so their difference "
+                 f"({100 * capped['difference'].min():+.1f} to {100 * capped['difference'].max():+.1f}"
+                 " points) is what the other number of steps bought, not a reproduction.")
+    other = len(rep) - len(checks) - len(capped)
+    if other:
+        text += (f" {other} other pair{'s are' if other > 1 else ' is'} not one training (other "
+                 "data or recipe) or had its later run capped: no reproduction check.")
+    return text
+
+
+def plateau_retraining_table(rep: pd.DataFrame, eq: pd.DataFrame) -> pd.DataFrame:
+    """:func:`plateau_retraining` as the chapter's table: one row per pair of final artifacts,
+    steps and stopping reasons as ``earlier → later``, the two acceptances and their difference
+    in points, and what the pair is: a reproduction check (within or outside the tolerance;
+    bit-identical where :func:`plateau_equal_steps` found the same weights) or not."""
+    cols = ["run", "earlier lease", "steps", "stopped by", "workloads", "earlier", "later",
+            "difference (points)", "verdict"]
+    if rep.empty:
+        return pd.DataFrame(columns=cols)
+    same = _bit_identical(eq)
+    tol = f"±{100 * REPRODUCTION_TOLERANCE:.0f}"
+
+    def verdict(r):
+        if r["a retraining"]:
+            v = f"reproduced (within {tol})" if r["within tolerance"] else f"outside {tol}"
+            return v + (", bit-identical" if (r["run"], r["earlier lease"]) in same else "")
+        if r["earlier stopped by"] != "plateau":
+            return f"not a check: earlier run stopped by {stop_label(r['earlier stopped by'])}"
+        return "not a check: another training"
+
+    return pd.DataFrame({
+        "run": rep["run"].map(_run_label), "earlier lease": rep["earlier lease"],
+        "steps": [f"{int(a)} → {int(b)}" for a, b in zip(rep["earlier steps"], rep["later steps"])],
+        "stopped by": [f"{stop_label(a)} → {stop_label(b)}"
+                       for a, b in zip(rep["earlier stopped by"], rep["later stopped by"])],
+        "workloads": rep["workloads"], "earlier": rep["earlier acceptance"],
+        "later": rep["later acceptance"], "difference (points)": 100 * rep["difference"],
+        "verdict": rep.apply(verdict, axis=1)}, columns=cols)
+
+
 #: why a plateau run stopped, as the chapter's short answer says it
 _STOPPED = {"plateau": "plateau", "max_steps": "step cap", "time_cap": "time cap"}
 
