@@ -1328,6 +1328,16 @@ def plateau_equal_steps_sentence(eq: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def _pair_kind(r) -> str:
+    """What a pair of :func:`plateau_retraining` is, as its sentence, summary and table sort it:
+    ``check`` (one training, both stopped by the plateau rule), ``capped`` (a cap stopped the
+    earlier run: what the other number of steps bought) or ``other`` (another training, or the
+    later run capped)."""
+    if r["a retraining"]:
+        return "check"
+    return "capped" if r["earlier stopped by"] != "plateau" else "other"
+
+
 def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
     """:func:`plateau_retraining` in a sentence: each recipe trained twice, the later minus the
     earlier acceptance, and whether that reproduces (both stopped by the plateau rule) or is
@@ -1340,10 +1350,11 @@ def plateau_retraining_sentence(rep: pd.DataFrame) -> str:
                 f"(`{r['earlier']}`, `{r['later']}`), {r['earlier acceptance']:.1%} then "
                 f"{r['later acceptance']:.1%} on {r['workloads']} "
                 f"({100 * r['difference']:+.1f} points)")
-        if r["a retraining"]:
+        kind = _pair_kind(r)
+        if kind == "check":
             parts.append(f"{head}, {'within' if r['within tolerance'] else 'outside'} the "
                          f"±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
-        elif r["earlier stopped by"] != "plateau":
+        elif kind == "capped":
             why = f"{head}; the earlier run was stopped by {stop_label(r['earlier stopped by'])}"
             later = stop_label(r["later stopped by"]) + (" rule" if r["later stopped by"] == "plateau" else "")
             if r["later steps"] > r["earlier steps"]:
@@ -1380,7 +1391,8 @@ def plateau_retraining_summary(rep: pd.DataFrame, eq: pd.DataFrame) -> str:
     if rep.empty:
         return "no recipe has been trained to its plateau twice yet"
     tol = f"±{100 * REPRODUCTION_TOLERANCE:.0f} points"
-    checks = rep[rep["a retraining"]]
+    kind = rep.apply(_pair_kind, axis=1)
+    checks, capped = rep[kind == "check"], rep[kind == "capped"]
     same = _bit_identical(eq)
     out = [f"{rep['run'].nunique()} runs were trained in two or more leases: "
            f"{len(rep)} pairs of final artifacts"]
@@ -1400,7 +1412,6 @@ def plateau_retraining_summary(rep: pd.DataFrame, eq: pd.DataFrame) -> str:
             text += (f" At equal steps, whatever stopped either run, {n_in} of {len(one)} "
                      f"comparisons lie within the {tol} (the largest difference "
                      f"{100 * one['difference'].abs().max():.1f} points).")
-    capped = rep[~rep["a retraining"] & (rep["earlier stopped by"] != "plateau")]
     if len(capped) == 1:
         text += (f" In 1 pair a cap stopped the earlier run, so its difference "
                  f"({100 * capped['difference'].iloc[0]:+.1f} points) is what the other number "
@@ -1409,7 +1420,7 @@ def plateau_retraining_summary(rep: pd.DataFrame, eq: pd.DataFrame) -> str:
         text += (f" In {len(capped)} pairs a cap stopped the earlier run, so their difference "
                  f"({100 * capped['difference'].min():+.1f} to {100 * capped['difference'].max():+.1f}"
                  " points) is what the other number of steps bought, not a reproduction.")
-    other = len(rep) - len(checks) - len(capped)
+    other = int((kind == "other").sum())
     if other:
         text += (f" {other} other pair{'s are' if other > 1 else ' is'} not one training (other "
                  "data or recipe) or had its later run capped: no reproduction check.")
@@ -1429,10 +1440,11 @@ def plateau_retraining_table(rep: pd.DataFrame, eq: pd.DataFrame) -> pd.DataFram
     tol = f"±{100 * REPRODUCTION_TOLERANCE:.0f}"
 
     def verdict(r):
-        if r["a retraining"]:
+        kind = _pair_kind(r)
+        if kind == "check":
             v = f"reproduced (within {tol})" if r["within tolerance"] else f"outside {tol}"
             return v + (", bit-identical" if (r["run"], r["earlier lease"]) in same else "")
-        if r["earlier stopped by"] != "plateau":
+        if kind == "capped":
             return f"not a check: earlier run stopped by {stop_label(r['earlier stopped by'])}"
         return "not a check: another training"
 
