@@ -1304,8 +1304,9 @@ def plateau_equal_steps_sentence(eq: pd.DataFrame) -> str:
     the earlier then the later acceptance, and the verdict."""
     if eq.empty:
         return "no recipe has been measured at the same step in two trainings yet"
-    parts = []
-    for (run, _), g in eq.groupby(["run", "earlier lease"], sort=True):  # one per earlier training
+    parts, identical = [], _bit_identical(eq)
+    for key, g in eq.groupby(["run", "earlier lease"], sort=True):  # one per earlier training
+        run = key[0]
         pairs = ", ".join(f"{r['step']} steps {r['earlier acceptance']:.1%} then "
                           f"{r['later acceptance']:.1%} ({100 * r['difference']:+.1f} points)"
                           for _, r in g.iterrows())
@@ -1316,7 +1317,7 @@ def plateau_equal_steps_sentence(eq: pd.DataFrame) -> str:
             verdict = (f"{'all' if n_in == len(g) else f'{n_in} of {len(g)}'} within the "
                        f"±{100 * REPRODUCTION_TOLERANCE:.0f} points of a reproduction")
             same = g["same weights"]
-            if same.eq(True).all():  # a deterministic training, two GPUs
+            if key in identical:  # a deterministic training, two GPUs
                 verdict += ", and the weights at every one of these steps are bit-identical (sha256)"
             elif same.eq(False).any():  # the tolerance, not the hash, is the check (lease 38)
                 n_other = int(same.eq(False).sum())
