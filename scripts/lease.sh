@@ -80,6 +80,8 @@ stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 # within 30 s of the last), and what a call starts in the background keeps running. It runs
 # from a copy of the tree (the next call's copy replaces this one) and writes to /tmp/bgout;
 # `wait` follows it.
+#: What `train bg fit` must leave between its cap and THEN_END for THEN (see there).
+THEN_ROOM=220
 bg_tree() {
   [ -e /tmp/bg.pid ] && kill -0 "$(cat /tmp/bg.pid)" 2>/dev/null && { echo "a background run is going"; exit 1; }
   rm -rf /tmp/tree /tmp/bgout && mkdir -p /tmp/bgout /tmp/tree \
@@ -272,6 +274,17 @@ train)
     # has ended well, install what it trained and measure it, in the same background run (no
     # call boundary between training and measuring; lease 25 lost minutes there).
     then=""
+    # A fit's cap must leave THEN its measure: the install (~30 s), the 150 s a `measure`
+    # needs to start an experiment, and the 40 s it keeps before LEASE_DEADLINE. Lease
+    # 2026-12-08-h100-50 left 130 s: the fit ran to its cap, and the measure found 96 s and
+    # started nothing (the weights went with the machine). Refused here, before any device work.
+    if [ -n "${THEN:-}" ] && [ "${1:-}" = fit ]; then
+      room=$(( ${THEN_END:?THEN_END} - $(date +%s) - ${2:?fit SECONDS} ))
+      if [ "$room" -lt "$THEN_ROOM" ]; then
+        echo "train bg fit $2: the cap leaves THEN ${room}s before THEN_END, it needs $THEN_ROOM (install ~30, a measure's 150, the deadline's 40): a cap of at most $(( $2 + room - THEN_ROOM ))s"
+        exit 2
+      fi
+    fi
     [ -n "${THEN:-}" ] && then="&& bash scripts/lease.sh train install && LEASE_DEADLINE=${THEN_END:?THEN_END} bash scripts/lease.sh measure ${COMMIT:?COMMIT} $THEN"
     bg_tree
     printf 'cd /tmp/tree; export OUT=/tmp/bgout; bash scripts/lease.sh train %s %s; echo "bg-end rc=$? $(date -u +%%H:%%M:%%S)"; touch /tmp/bgout/.done\n' "$*" "$then" > /tmp/bg.sh

@@ -147,3 +147,22 @@ def test_cutting_the_gguf_again_leaves_no_part_of_the_earlier_cut(tmp_path):
     assert [p.name for p in parts] == [f"target.gguf.{i:03d}" for i in range(8)]
     assert sorted(out.glob("target.gguf.*")) == sorted(parts + [out / "target.gguf.json"])
     assert b"".join(p.read_bytes() for p in parts) == src.read_bytes()
+
+
+def test_a_fit_whose_cap_leaves_its_measure_too_little_is_refused_before_it_starts():
+    """`lease.sh train bg fit S` with THEN: a cap that leaves less than the install, a
+    measure's 150 s and the deadline's 40 s before THEN_END is refused at once, naming the cap
+    that fits (lease 2026-12-08-h100-50 trained to its cap, then measured nothing)."""
+    import time
+
+    from specdec import paths
+
+    end = int(time.time()) + 900
+    env = {"PATH": "/usr/bin:/bin", "THEN": "600 h100-plateau-v2 data-eagle3", "COMMIT": "0" * 40,
+           "THEN_END": str(end)}
+    r = subprocess.run(["bash", "scripts/lease.sh", "train", "bg", "fit", "800", "--only", "x"],
+                       cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "it needs 220" in r.stdout
+    cap = int(r.stdout.split("a cap of at most ")[1].split("s")[0])
+    assert 678 <= cap <= 680  # 900 - 220, less the seconds the call took
