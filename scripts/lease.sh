@@ -76,12 +76,16 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # is found by a `measure` in a later call (lease 37's failed where the cache was per tree).
 export SPECDEC_CACHE=${SPECDEC_CACHE:-/tmp/specdec-cache}
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+# A `measure` keeps DEADLINE_MARGIN seconds before LEASE_DEADLINE and starts an experiment only
+# with MEASURE_MIN seconds left; a fit followed by THEN must leave both and the install
+# (~30 s) before THEN_END: THEN_ROOM (`train bg`).
+DEADLINE_MARGIN=40
+MEASURE_MIN=150
+THEN_ROOM=$(( 30 + MEASURE_MIN + DEADLINE_MARGIN ))
 # A background run (`bg`, `train bg`): the device machine stays warm between calls (a call
 # within 30 s of the last), and what a call starts in the background keeps running. It runs
 # from a copy of the tree (the next call's copy replaces this one) and writes to /tmp/bgout;
 # `wait` follows it.
-#: What `train bg fit` must leave between its cap and THEN_END for THEN (see there).
-THEN_ROOM=220
 bg_tree() {
   [ -e /tmp/bg.pid ] && kill -0 "$(cat /tmp/bg.pid)" 2>/dev/null && { echo "a background run is going"; exit 1; }
   rm -rf /tmp/tree /tmp/bgout && mkdir -p /tmp/bgout /tmp/tree \
@@ -135,8 +139,8 @@ measure)
   # LEASE_DEADLINE (epoch seconds, set where the calls are written: send time + the session's
   # device time) caps the budget, so a call queued behind a slow step ends, and returns its
   # rows, before the lease does: a call cut by the lease's end returns nothing.
-  if [ -n "${LEASE_DEADLINE:-}" ] && [ $(( LEASE_DEADLINE - t0 - 40 )) -lt "$seconds" ]; then
-    seconds=$(( LEASE_DEADLINE - t0 - 40 ))
+  if [ -n "${LEASE_DEADLINE:-}" ] && [ $(( LEASE_DEADLINE - t0 - DEADLINE_MARGIN )) -lt "$seconds" ]; then
+    seconds=$(( LEASE_DEADLINE - t0 - DEADLINE_MARGIN ))
     echo "budget capped to ${seconds}s by LEASE_DEADLINE"
   fi
   if [ ! -s /tmp/env.sh ]; then
@@ -180,7 +184,7 @@ print(bundle.shell_env(bundle.unpack("/tmp/b", "/tmp/site"), "/tmp/site", None))
   set -f  # the globs of LEASE_CELLS go to specdec as they are
   for exp in "$@"; do
     left=$(( seconds - ($(date +%s) - t0) ))
-    [ "$left" -lt 150 ] && { echo "budget spent: $exp not started"; break; }
+    [ "$left" -lt "$MEASURE_MIN" ] && { echo "budget spent: $exp not started"; break; }
     if [ "${exp#peer:}" != "$exp" ]; then
       # peer:EXPERIMENT = vLLM's own `bench latency` mirroring that experiment's cells.
       python3 -m specdec.cli peer run "$profile" -e "${exp#peer:}" --results-root /tmp/results \
@@ -274,14 +278,13 @@ train)
     # has ended well, install what it trained and measure it, in the same background run (no
     # call boundary between training and measuring; lease 25 lost minutes there).
     then=""
-    # A fit's cap must leave THEN its measure: the install (~30 s), the 150 s a `measure`
-    # needs to start an experiment, and the 40 s it keeps before LEASE_DEADLINE. Lease
+    # A fit's cap must leave THEN its measure: THEN_ROOM (above). Lease
     # 2026-12-08-h100-50 left 130 s: the fit ran to its cap, and the measure found 96 s and
     # started nothing (the weights went with the machine). Refused here, before any device work.
     if [ -n "${THEN:-}" ] && [ "${1:-}" = fit ]; then
       room=$(( ${THEN_END:?THEN_END} - $(date +%s) - ${2:?fit SECONDS} ))
       if [ "$room" -lt "$THEN_ROOM" ]; then
-        echo "train bg fit $2: the cap leaves THEN ${room}s before THEN_END, it needs $THEN_ROOM (install ~30, a measure's 150, the deadline's 40): a cap of at most $(( $2 + room - THEN_ROOM ))s"
+        echo "train bg fit $2: the cap leaves THEN ${room}s before THEN_END, it needs $THEN_ROOM (install ~30, a measure's $MEASURE_MIN, the deadline's $DEADLINE_MARGIN): a cap of at most $(( $2 + room - THEN_ROOM ))s"
         exit 2
       fi
     fi

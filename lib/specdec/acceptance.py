@@ -1413,14 +1413,12 @@ def plateau_retraining_summary(rep: pd.DataFrame, eq: pd.DataFrame) -> str:
             text += (f" At equal steps, whatever stopped either run, {n_in} of {len(one)} "
                      f"comparisons lie within the {tol} (the largest difference "
                      f"{100 * one['difference'].abs().max():.1f} points).")
-    if len(capped) == 1:
-        text += (f" In 1 pair a cap stopped the earlier run, so its difference "
-                 f"({100 * capped['difference'].iloc[0]:+.1f} points) is what the other number "
-                 "of steps bought, not a reproduction.")
-    elif len(capped):
-        text += (f" In {len(capped)} pairs a cap stopped the earlier run, so their difference "
-                 f"({100 * capped['difference'].min():+.1f} to {100 * capped['difference'].max():+.1f}"
-                 " points) is what the other number of steps bought, not a reproduction.")
+    if len(capped):
+        d, one = 100 * capped["difference"], len(capped) == 1
+        spread = f"{d.min():+.1f}" + ("" if one else f" to {d.max():+.1f}")
+        text += (f" In {len(capped)} pair{'' if one else 's'} a cap stopped the earlier run, so "
+                 f"{'its' if one else 'their'} difference ({spread} points) is what the other "
+                 "number of steps bought, not a reproduction.")
     other = int((kind == "other").sum())
     if other:
         text += (f" {other} other pair{'s are' if other > 1 else ' is'} not one training (other "
